@@ -1,0 +1,2 @@
+//! tierkv-bench (in progress).
+fn main() {}

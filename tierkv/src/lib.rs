@@ -1,0 +1,19 @@
+//! tierkv: an LSM-tree key-value engine for DRAM, persistent memory and SSD.
+//!
+//! See `docs/` and DESIGN.md for the architecture: the storage seam
+//! ([`storage`]), the design seam ([`design`]), versions ([`version`]) and
+//! tables ([`sst`]).
+
+#![deny(missing_docs)]
+#![warn(clippy::unwrap_used)]
+
+pub mod coding;
+pub mod error;
+pub mod key;
+pub mod options;
+pub mod sst;
+pub mod storage;
+pub mod wal;
+
+pub use error::{Error, Result};
+pub use options::{Options, PmBackend, Preset, WalPlacement};

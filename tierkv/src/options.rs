@@ -1,0 +1,330 @@
+//! Options: everything a user can set, validated at [`crate::Db::open`].
+//!
+//! Defaults follow RocksDB's (64 MB memtables, 2 of them, 64 MB SSTs, L1 of
+//! 256 MB growing ×10, L0 triggers 4/20/36, 2 background jobs), so the
+//! `classic` design is a like-for-like stand-in for RocksDB.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::storage::posix::PosixFs;
+use crate::storage::{FileSystem, PmRegion};
+
+/// The design presets of DESIGN.md §4.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Preset {
+    /// RocksDB-style leveled LSM on SSD (the baseline).
+    Classic,
+    /// MatrixKV: L0 in a PM matrix container, column compaction.
+    Matrix,
+    /// TriangleKV: L0 in a PM triangle container, right-angle side compaction.
+    Triangle,
+    /// RangeKV: L0 as key-range RangeTabs in PM.
+    RangeTab,
+    /// NV-Cache: upper levels as NVTables in PM.
+    NvCache,
+    /// TLSM: persistent skip lists on the PM levels.
+    Tlsm,
+    /// vLSM: small SSTs, FIFO L0, overlap-aware vSSTs on SSD.
+    Vlsm,
+}
+
+impl Preset {
+    /// Every preset, in DESIGN.md order.
+    pub const ALL: [Preset; 7] = [
+        Preset::Classic,
+        Preset::Matrix,
+        Preset::Triangle,
+        Preset::RangeTab,
+        Preset::NvCache,
+        Preset::Tlsm,
+        Preset::Vlsm,
+    ];
+
+    /// The preset's name as used in configs (`tierkv:<name>`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Preset::Classic => "classic",
+            Preset::Matrix => "matrix",
+            Preset::Triangle => "triangle",
+            Preset::RangeTab => "rangetab",
+            Preset::NvCache => "nvcache",
+            Preset::Tlsm => "tlsm",
+            Preset::Vlsm => "vlsm",
+        }
+    }
+
+    /// Parses a preset name.
+    pub fn from_name(s: &str) -> Option<Preset> {
+        Preset::ALL.into_iter().find(|p| p.name() == s)
+    }
+
+    /// True if the design keeps tables in the PM tier (and so needs one).
+    pub fn needs_pm(self) -> bool {
+        !matches!(self, Preset::Classic | Preset::Vlsm)
+    }
+}
+
+impl fmt::Display for Preset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Where the write-ahead log lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WalPlacement {
+    /// In the PM region: every write is persisted before it is acknowledged.
+    Pm,
+    /// In a file on the SSD directory: durable on `sync=true` writes.
+    Ssd,
+}
+
+/// How the PM region file is mapped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PmBackend {
+    /// Try DAX (MAP_SYNC); fall back to mmap + msync when refused.
+    Auto,
+    /// DAX only: refuse to open if MAP_SYNC is not supported.
+    Dax,
+    /// Plain shared mapping, persisted with msync.
+    Mmap,
+}
+
+/// Every option of the engine. Build with `Options::default()` and change fields.
+#[derive(Clone)]
+pub struct Options {
+    /// The design preset.
+    pub design: Preset,
+    /// Create the database if the directory has none.
+    pub create_if_missing: bool,
+    /// Refuse to open an existing database.
+    pub error_if_exists: bool,
+
+    /// Directory of the PM tier (e.g. under /dev/shm, or a DAX mount); `None`
+    /// runs on SSD alone.
+    pub pm_dir: Option<PathBuf>,
+    /// Size of the PM region in bytes.
+    pub pm_size_bytes: u64,
+    /// How the PM region is mapped.
+    pub pm_backend: PmBackend,
+    /// Where the WAL lives; `None` = on PM when a PM tier exists, else SSD.
+    pub wal: Option<WalPlacement>,
+
+    /// Bytes a memtable holds before it becomes immutable (`write_buffer_size`).
+    pub memtable_size_bytes: usize,
+    /// Memtables in DRAM at most, mutable one included (`max_write_buffer_number`).
+    pub memtable_count_max: usize,
+    /// Target SST size (`target_file_size_base`).
+    pub sst_size_bytes: u64,
+    /// Target size of L1 (`max_bytes_for_level_base`).
+    pub l1_size_bytes: u64,
+    /// Growth factor between levels below L1 (`max_bytes_for_level_multiplier`).
+    pub level_size_multiplier: u64,
+    /// Number of levels, L0 included.
+    pub level_count: usize,
+    /// L0 files that trigger an L0→L1 compaction.
+    pub l0_compaction_trigger: usize,
+    /// L0 files at which writes are slowed down.
+    pub l0_slowdown_trigger: usize,
+    /// L0 files at which writes stop.
+    pub l0_stop_trigger: usize,
+    /// Estimated pending compaction bytes at which writes slow down.
+    pub pending_compaction_bytes_soft: u64,
+    /// Estimated pending compaction bytes at which writes stop.
+    pub pending_compaction_bytes_hard: u64,
+    /// Write rate allowed while slowed down (`delayed_write_rate`).
+    pub delayed_write_rate_bytes_per_sec: u64,
+    /// Background threads for flushes and compactions (`max_background_jobs`).
+    pub background_threads: usize,
+    /// Block cache budget in bytes.
+    pub block_cache_bytes: usize,
+    /// Uncompressed data block size.
+    pub block_size_bytes: usize,
+    /// Bloom filter bits per key (0 disables filters).
+    pub bloom_bits_per_key: usize,
+    /// Write flush and compaction output with O_DIRECT.
+    pub use_direct_io_for_flush_and_compaction: bool,
+    /// Verify block checksums on every read (always on for metadata).
+    pub verify_checksums: bool,
+
+    /// The file system of the SSD tier (posix by default; tests pass a
+    /// crashable or error-injecting one).
+    pub fs: Arc<dyn FileSystem>,
+    /// A PM region to use instead of mapping `pm_dir` (tests pass the
+    /// simulator). When set, `pm_dir` may be `None` and `pm_size_bytes` is
+    /// the region's size.
+    pub pm_region: Option<Arc<dyn PmRegion>>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            design: Preset::Classic,
+            create_if_missing: true,
+            error_if_exists: false,
+            pm_dir: None,
+            pm_size_bytes: 0,
+            pm_backend: PmBackend::Auto,
+            wal: None,
+            memtable_size_bytes: 64 << 20,
+            memtable_count_max: 2,
+            sst_size_bytes: 64 << 20,
+            l1_size_bytes: 256 << 20,
+            level_size_multiplier: 10,
+            level_count: 7,
+            l0_compaction_trigger: 4,
+            l0_slowdown_trigger: 20,
+            l0_stop_trigger: 36,
+            pending_compaction_bytes_soft: 64 << 30,
+            pending_compaction_bytes_hard: 256 << 30,
+            delayed_write_rate_bytes_per_sec: 16 << 20,
+            background_threads: 2,
+            block_cache_bytes: 8 << 20,
+            block_size_bytes: 4096,
+            bloom_bits_per_key: 10,
+            use_direct_io_for_flush_and_compaction: false,
+            verify_checksums: true,
+            fs: Arc::new(PosixFs::new()),
+            pm_region: None,
+        }
+    }
+}
+
+impl fmt::Debug for Options {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Options")
+            .field("design", &self.design)
+            .field("pm_dir", &self.pm_dir)
+            .field("pm_size_bytes", &self.pm_size_bytes)
+            .field("pm_backend", &self.pm_backend)
+            .field("wal", &self.wal)
+            .field("memtable_size_bytes", &self.memtable_size_bytes)
+            .field("memtable_count_max", &self.memtable_count_max)
+            .field("sst_size_bytes", &self.sst_size_bytes)
+            .field("l1_size_bytes", &self.l1_size_bytes)
+            .field("level_size_multiplier", &self.level_size_multiplier)
+            .field("level_count", &self.level_count)
+            .field("l0_compaction_trigger", &self.l0_compaction_trigger)
+            .field("l0_slowdown_trigger", &self.l0_slowdown_trigger)
+            .field("l0_stop_trigger", &self.l0_stop_trigger)
+            .field("background_threads", &self.background_threads)
+            .field("block_cache_bytes", &self.block_cache_bytes)
+            .field(
+                "pm_region",
+                &self.pm_region.as_ref().map(|r| r.name().to_string()),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl Options {
+    /// True if a PM tier is configured (a directory or an injected region).
+    pub fn has_pm(&self) -> bool {
+        self.pm_region.is_some() || self.pm_dir.is_some()
+    }
+
+    /// Where the WAL goes once defaults are applied.
+    pub fn wal_placement(&self) -> WalPlacement {
+        self.wal.unwrap_or(if self.has_pm() {
+            WalPlacement::Pm
+        } else {
+            WalPlacement::Ssd
+        })
+    }
+
+    /// Checks every option; the error names the offending one.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::InvalidOptions(m));
+        if self.design.needs_pm() && !self.has_pm() {
+            return bad(format!(
+                "design `{}` keeps L0 in persistent memory and needs a PM tier: set `pm_dir` and `pm_size_bytes`",
+                self.design
+            ));
+        }
+        if self.pm_dir.is_some() && self.pm_region.is_none() && self.pm_size_bytes < (4 << 20) {
+            return bad(format!(
+                "`pm_size_bytes` = {} is too small: the PM tier needs at least 4 MiB",
+                self.pm_size_bytes
+            ));
+        }
+        if self.wal == Some(WalPlacement::Pm) && !self.has_pm() {
+            return bad("`wal` = Pm needs a PM tier: set `pm_dir`".into());
+        }
+        if self.memtable_size_bytes < (64 << 10) || self.memtable_size_bytes > (4 << 30) {
+            return bad(format!(
+                "`memtable_size_bytes` = {} must be between 64 KiB and 4 GiB",
+                self.memtable_size_bytes
+            ));
+        }
+        if self.memtable_count_max < 2 {
+            return bad(format!(
+                "`memtable_count_max` = {} must be at least 2 (one mutable, one flushing)",
+                self.memtable_count_max
+            ));
+        }
+        if self.sst_size_bytes < (64 << 10) {
+            return bad(format!(
+                "`sst_size_bytes` = {} must be at least 64 KiB",
+                self.sst_size_bytes
+            ));
+        }
+        if self.l1_size_bytes < self.sst_size_bytes {
+            return bad(format!(
+                "`l1_size_bytes` = {} must be at least `sst_size_bytes` = {}",
+                self.l1_size_bytes, self.sst_size_bytes
+            ));
+        }
+        if self.level_size_multiplier < 2 {
+            return bad(format!(
+                "`level_size_multiplier` = {} must be at least 2",
+                self.level_size_multiplier
+            ));
+        }
+        if !(2..=12).contains(&self.level_count) {
+            return bad(format!(
+                "`level_count` = {} must be between 2 and 12",
+                self.level_count
+            ));
+        }
+        if self.l0_compaction_trigger == 0
+            || self.l0_slowdown_trigger < self.l0_compaction_trigger
+            || self.l0_stop_trigger < self.l0_slowdown_trigger
+        {
+            return bad(format!(
+                "L0 triggers must satisfy 0 < `l0_compaction_trigger` ({}) <= `l0_slowdown_trigger` ({}) <= `l0_stop_trigger` ({})",
+                self.l0_compaction_trigger, self.l0_slowdown_trigger, self.l0_stop_trigger
+            ));
+        }
+        if self.pending_compaction_bytes_hard < self.pending_compaction_bytes_soft {
+            return bad(format!(
+                "`pending_compaction_bytes_hard` = {} must be at least `pending_compaction_bytes_soft` = {}",
+                self.pending_compaction_bytes_hard, self.pending_compaction_bytes_soft
+            ));
+        }
+        if self.delayed_write_rate_bytes_per_sec == 0 {
+            return bad("`delayed_write_rate_bytes_per_sec` must be positive".into());
+        }
+        if !(1..=64).contains(&self.background_threads) {
+            return bad(format!(
+                "`background_threads` = {} must be between 1 and 64",
+                self.background_threads
+            ));
+        }
+        if !(256..=(4 << 20)).contains(&self.block_size_bytes) {
+            return bad(format!(
+                "`block_size_bytes` = {} must be between 256 B and 4 MiB",
+                self.block_size_bytes
+            ));
+        }
+        if self.bloom_bits_per_key > 64 {
+            return bad(format!(
+                "`bloom_bits_per_key` = {} must be at most 64",
+                self.bloom_bits_per_key
+            ));
+        }
+        Ok(())
+    }
+}

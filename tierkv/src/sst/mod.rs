@@ -1,0 +1,1 @@
+//! Sorted string tables (in progress).

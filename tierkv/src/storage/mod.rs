@@ -1,0 +1,147 @@
+//! The storage seam: every byte of I/O in the engine goes through
+//! [`FileSystem`] (the SSD tier) or [`PmRegion`] (the PM tier), never through
+//! `std::fs` or a raw mapping, so that every test can run on a crashable file
+//! system, a PM simulator and injected errors.
+//!
+//! SSD backends: [`posix`] (real files, optional `O_DIRECT` for flush and
+//! compaction output), [`mem`] (in memory; `crash()` drops whatever was not
+//! synced), [`fault`] (wraps another and injects errors by rule).
+//!
+//! PM backends: [`mmap`] (any file, e.g. under /dev/shm; persist = msync),
+//! [`dax`] (MAP_SYNC on a DAX file system; persist = clwb/clflushopt + sfence;
+//! falls back to mmap when MAP_SYNC is refused), [`sim`] (tests: a volatile
+//! and a durable image; only persisted cache lines survive `crash()`).
+//! [`alloc`] is the persistent 4 KB page allocator on top of a region.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::error::Result;
+
+pub mod alloc;
+pub mod dax;
+pub mod fault;
+pub mod mem;
+pub mod mmap;
+pub mod posix;
+pub mod sim;
+
+/// How a file is opened for writing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriteHint {
+    /// Bypass the page cache (`O_DIRECT`) where the backend supports it.
+    /// Used for flush and compaction output when `Options::use_direct_io_for_flush_and_compaction`.
+    pub direct: bool,
+}
+
+/// The SSD tier: a directory tree of files.
+///
+/// Contract (what the crashable backend enforces and the engine relies on):
+/// 1. Appended data is durable only after [`WritableFile::sync`] returns.
+/// 2. A new file's *name*, a rename and a removal are durable only after
+///    [`FileSystem::sync_dir`] of the parent directory returns.
+/// 3. [`FileSystem::rename`] atomically replaces the destination.
+pub trait FileSystem: Send + Sync + 'static {
+    /// Creates (or truncates) `path` for appending.
+    fn create(&self, path: &Path, hint: WriteHint) -> Result<Box<dyn WritableFile>>;
+    /// Opens an existing file for positional reads.
+    fn open(&self, path: &Path) -> Result<Arc<dyn RandomAccessFile>>;
+    /// Reads a whole file (manifests, CURRENT, small files).
+    fn read_all(&self, path: &Path) -> Result<Vec<u8>>;
+    /// Atomically renames `from` to `to`, replacing `to`.
+    fn rename(&self, from: &Path, to: &Path) -> Result<()>;
+    /// Removes a file.
+    fn remove(&self, path: &Path) -> Result<()>;
+    /// True if `path` exists.
+    fn exists(&self, path: &Path) -> bool;
+    /// File names (not paths) in a directory.
+    fn list(&self, dir: &Path) -> Result<Vec<String>>;
+    /// Creates a directory and its parents.
+    fn create_dir_all(&self, dir: &Path) -> Result<()>;
+    /// Makes the directory's entries (creations, renames, removals) durable.
+    fn sync_dir(&self, dir: &Path) -> Result<()>;
+    /// Size of a file in bytes.
+    fn file_size(&self, path: &Path) -> Result<u64>;
+    /// Takes an exclusive advisory lock on `path` (created if missing);
+    /// `Error::Locked` if another holder has it. Dropping the guard unlocks.
+    fn lock(&self, path: &Path) -> Result<Box<dyn FileLock>>;
+    /// Free bytes on the device holding `dir` (`u64::MAX` if unknown).
+    fn free_space(&self, dir: &Path) -> Result<u64>;
+}
+
+/// A file being written sequentially.
+pub trait WritableFile: Send {
+    /// Appends bytes (buffered by the backend as it sees fit).
+    fn append(&mut self, data: &[u8]) -> Result<()>;
+    /// Hands buffered bytes to the OS (not durable).
+    fn flush(&mut self) -> Result<()>;
+    /// Makes every appended byte durable (`fdatasync`).
+    fn sync(&mut self) -> Result<()>;
+    /// Bytes appended so far.
+    fn len(&self) -> u64;
+    /// True if nothing was appended.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The path this file was created at (for error messages).
+    fn path(&self) -> &Path;
+}
+
+/// A file read by offset; shared by many readers.
+pub trait RandomAccessFile: Send + Sync {
+    /// Reads exactly `buf.len()` bytes at `offset`; a short file is an error
+    /// (`Error::Corruption` naming the file and offset).
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()>;
+    /// File size in bytes.
+    fn len(&self) -> u64;
+    /// True for an empty file.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The path (for error messages).
+    fn path(&self) -> &Path;
+}
+
+/// A held lock; dropping it releases the lock.
+pub trait FileLock: Send + Sync {}
+
+/// The PM tier: one byte-addressable persistent region.
+///
+/// Contract:
+/// 1. [`PmRegion::write`] stores bytes in the volatile view; they are durable
+///    only after a [`PmRegion::persist`] covering them returns.
+/// 2. `persist` is ordered: a crash after `persist(a)` and before
+///    `persist(b)` returns may keep `a` and lose `b`, never the reverse.
+/// 3. An aligned 8-byte store that is persisted is atomic across a crash
+///    (the unit for commit flags and pointers).
+/// 4. The engine never writes a range that a reader may be reading: PM
+///    structures are written, persisted and then published; a range is only
+///    rewritten after it was freed and no live version references it.
+///    This is what makes [`PmRegion::slice`] sound.
+pub trait PmRegion: Send + Sync + 'static {
+    /// Region size in bytes.
+    fn len(&self) -> u64;
+    /// True for a zero-size region.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// A name for error messages (`pm:<path>` or `sim:<n>`).
+    fn name(&self) -> &str;
+    /// Copies `data` into the region at `offset`. Out of range is
+    /// `Error::InvalidArgument`.
+    fn write(&self, offset: u64, data: &[u8]) -> Result<()>;
+    /// Copies `buf.len()` bytes at `offset` into `buf`.
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()>;
+    /// Borrows `len` bytes at `offset` (see invariant 4).
+    fn slice(&self, offset: u64, len: usize) -> Result<&[u8]>;
+    /// Makes `[offset, offset+len)` durable (flush the cache lines / pages and
+    /// fence). Returns after the bytes are persistent.
+    fn persist(&self, offset: u64, len: usize) -> Result<()>;
+    /// Orders earlier persists before later stores (`sfence`).
+    fn fence(&self);
+}
+
+/// Joins a directory and a file name.
+pub fn join(dir: &Path, name: &str) -> PathBuf {
+    dir.join(name)
+}
