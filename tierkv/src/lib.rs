@@ -9,9 +9,11 @@
 
 pub mod coding;
 pub mod error;
+pub mod iter;
 pub mod key;
 pub mod options;
 pub mod sst;
+pub mod stats;
 pub mod storage;
 pub mod wal;
 

@@ -1,0 +1,403 @@
+//! What every design reports (DESIGN.md §5): user bytes, bytes written per
+//! tier and cause, every stall interval, every flush and compaction, and the
+//! level shape. [`Stats`] is a snapshot; the engine keeps a [`StatsRecorder`]
+//! that its threads update.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+/// Which tier a table or a byte count belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Tier {
+    /// Persistent memory.
+    Pm,
+    /// SSD files.
+    Ssd,
+}
+
+impl Tier {
+    /// `pm` or `ssd`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Tier::Pm => "pm",
+            Tier::Ssd => "ssd",
+        }
+    }
+}
+
+/// Why writes were delayed or stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StallCause {
+    /// All memtables full, waiting for a flush.
+    MemtableFull,
+    /// L0 file count reached the slowdown trigger (writes delayed).
+    L0Slowdown,
+    /// L0 file count reached the stop trigger (writes stopped).
+    L0Stop,
+    /// Pending compaction bytes over the soft limit (writes delayed).
+    PendingCompactionSlowdown,
+    /// Pending compaction bytes over the hard limit (writes stopped).
+    PendingCompactionStop,
+    /// The PM tier is full, waiting for compaction to free pages.
+    PmFull,
+}
+
+impl StallCause {
+    /// A short name for tables and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            StallCause::MemtableFull => "memtable-full",
+            StallCause::L0Slowdown => "l0-slowdown",
+            StallCause::L0Stop => "l0-stop",
+            StallCause::PendingCompactionSlowdown => "pending-compaction-slowdown",
+            StallCause::PendingCompactionStop => "pending-compaction-stop",
+            StallCause::PmFull => "pm-full",
+        }
+    }
+}
+
+/// One interval during which a writer was delayed or stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StallInterval {
+    /// Start, as time since the database was opened.
+    pub start: Duration,
+    /// How long it lasted.
+    pub duration: Duration,
+    /// Why.
+    pub cause: StallCause,
+}
+
+/// One memtable flush.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlushRecord {
+    /// Start, since open.
+    pub start: Duration,
+    /// Duration.
+    pub duration: Duration,
+    /// Bytes written by the flush.
+    pub output_bytes: u64,
+    /// Tier the flush wrote to.
+    pub tier: Tier,
+}
+
+/// One compaction job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompactionRecord {
+    /// Start, since open.
+    pub start: Duration,
+    /// Duration.
+    pub duration: Duration,
+    /// What kind of job (`l0-l1`, `leveled`, `trivial-move`, …).
+    pub kind: String,
+    /// Input bytes per level: `(level, bytes)`.
+    pub input_bytes: Vec<(usize, u64)>,
+    /// Level the output went to.
+    pub output_level: usize,
+    /// Bytes written.
+    pub output_bytes: u64,
+}
+
+/// Files and bytes of one level in one tier.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LevelShape {
+    /// Level number (0 = L0).
+    pub level: usize,
+    /// Tier.
+    pub tier: Tier,
+    /// Number of tables.
+    pub tables: usize,
+    /// Total bytes.
+    pub bytes: u64,
+}
+
+/// Bytes written, by cause.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BytesWritten {
+    /// WAL bytes written to SSD files.
+    pub wal_ssd: u64,
+    /// WAL bytes written to PM.
+    pub wal_pm: u64,
+    /// Flush output written to SSD.
+    pub flush_ssd: u64,
+    /// Flush output written to PM.
+    pub flush_pm: u64,
+    /// Compaction output written to SSD, indexed by output level.
+    pub compaction_ssd: Vec<u64>,
+    /// Compaction output written to PM.
+    pub compaction_pm: u64,
+    /// PM bytes written by pointer-only relinks (metadata only).
+    pub pm_relink: u64,
+    /// MANIFEST bytes.
+    pub manifest: u64,
+}
+
+impl BytesWritten {
+    /// Everything written to the SSD tier.
+    pub fn ssd_total(&self) -> u64 {
+        self.wal_ssd + self.flush_ssd + self.compaction_ssd.iter().sum::<u64>() + self.manifest
+    }
+    /// Everything written to the PM tier.
+    pub fn pm_total(&self) -> u64 {
+        self.wal_pm + self.flush_pm + self.compaction_pm + self.pm_relink
+    }
+}
+
+/// A snapshot of the engine's statistics.
+#[derive(Debug, Clone, Default)]
+pub struct Stats {
+    /// Time since open when the snapshot was taken.
+    pub uptime: Duration,
+    /// Writes (puts and deletes) accepted.
+    pub user_ops: u64,
+    /// Key + value bytes of accepted writes.
+    pub user_bytes: u64,
+    /// Bytes written, per tier and cause.
+    pub written: BytesWritten,
+    /// Bytes read from the SSD tier by flushes, compactions and reads.
+    pub ssd_bytes_read: u64,
+    /// Every stall interval, in order of start.
+    pub stalls: Vec<StallInterval>,
+    /// Every flush.
+    pub flushes: Vec<FlushRecord>,
+    /// Every compaction.
+    pub compactions: Vec<CompactionRecord>,
+    /// The level shape now.
+    pub levels: Vec<LevelShape>,
+    /// Block cache hits.
+    pub block_cache_hits: u64,
+    /// Block cache misses.
+    pub block_cache_misses: u64,
+}
+
+impl Stats {
+    /// Total time writers were delayed or stopped.
+    pub fn stall_total(&self) -> Duration {
+        self.stalls.iter().map(|s| s.duration).sum()
+    }
+
+    /// SSD write amplification: SSD bytes written / user bytes.
+    pub fn ssd_write_amp(&self) -> f64 {
+        if self.user_bytes == 0 {
+            0.0
+        } else {
+            self.written.ssd_total() as f64 / self.user_bytes as f64
+        }
+    }
+
+    /// The statistics as a text table (`property("tierkv.stats")`).
+    pub fn to_table(&self) -> String {
+        let mut s = String::new();
+        let mb = |b: u64| b as f64 / 1048576.0;
+        let _ = writeln!(
+            s,
+            "uptime {:.1} s, {} writes, {:.1} MB user data",
+            self.uptime.as_secs_f64(),
+            self.user_ops,
+            mb(self.user_bytes)
+        );
+        let _ = writeln!(s, "\n** Levels **");
+        let _ = writeln!(
+            s,
+            "{:>5} {:>4} {:>7} {:>12}",
+            "level", "tier", "tables", "MB"
+        );
+        for l in &self.levels {
+            let _ = writeln!(
+                s,
+                "{:>5} {:>4} {:>7} {:>12.1}",
+                format!("L{}", l.level),
+                l.tier.name(),
+                l.tables,
+                mb(l.bytes)
+            );
+        }
+        let w = &self.written;
+        let _ = writeln!(s, "\n** Bytes written (MB) **");
+        let _ = writeln!(
+            s,
+            "wal ssd {:.1}  wal pm {:.1}  flush ssd {:.1}  flush pm {:.1}  manifest {:.1}",
+            mb(w.wal_ssd),
+            mb(w.wal_pm),
+            mb(w.flush_ssd),
+            mb(w.flush_pm),
+            mb(w.manifest)
+        );
+        for (lvl, b) in w.compaction_ssd.iter().enumerate().filter(|(_, b)| **b > 0) {
+            let _ = writeln!(s, "compaction -> L{lvl} ssd {:.1}", mb(*b));
+        }
+        let _ = writeln!(
+            s,
+            "compaction pm {:.1}  pm relink {:.1}",
+            mb(w.compaction_pm),
+            mb(w.pm_relink)
+        );
+        let _ = writeln!(
+            s,
+            "ssd total {:.1}  pm total {:.1}  ssd read {:.1}  ssd write-amp {:.2}",
+            mb(w.ssd_total()),
+            mb(w.pm_total()),
+            mb(self.ssd_bytes_read),
+            self.ssd_write_amp()
+        );
+        let _ = writeln!(s, "\n** Stalls **");
+        let _ = writeln!(
+            s,
+            "{} intervals, {:.3} s total",
+            self.stalls.len(),
+            self.stall_total().as_secs_f64()
+        );
+        let mut causes: Vec<(StallCause, Duration, usize)> = Vec::new();
+        for st in &self.stalls {
+            match causes.iter_mut().find(|c| c.0 == st.cause) {
+                Some(c) => {
+                    c.1 += st.duration;
+                    c.2 += 1;
+                }
+                None => causes.push((st.cause, st.duration, 1)),
+            }
+        }
+        for (c, d, n) in causes {
+            let _ = writeln!(
+                s,
+                "  {:<28} {:>6} x {:>9.3} s",
+                c.name(),
+                n,
+                d.as_secs_f64()
+            );
+        }
+        let _ = writeln!(s, "\n** Flushes and compactions **");
+        let flushed: u64 = self.flushes.iter().map(|f| f.output_bytes).sum();
+        let _ = writeln!(s, "{} flushes, {:.1} MB", self.flushes.len(), mb(flushed));
+        let compacted: u64 = self.compactions.iter().map(|c| c.output_bytes).sum();
+        let _ = writeln!(
+            s,
+            "{} compactions, {:.1} MB out",
+            self.compactions.len(),
+            mb(compacted)
+        );
+        let _ = writeln!(
+            s,
+            "block cache: {} hits, {} misses",
+            self.block_cache_hits, self.block_cache_misses
+        );
+        s
+    }
+}
+
+/// The live counters the engine's threads update.
+pub struct StatsRecorder {
+    opened: Instant,
+    /// Writes accepted.
+    pub user_ops: AtomicU64,
+    /// User bytes accepted.
+    pub user_bytes: AtomicU64,
+    /// SSD bytes read.
+    pub ssd_bytes_read: AtomicU64,
+    /// Block cache hits.
+    pub block_cache_hits: AtomicU64,
+    /// Block cache misses.
+    pub block_cache_misses: AtomicU64,
+    log: Mutex<Log>,
+}
+
+#[derive(Default)]
+struct Log {
+    written: BytesWritten,
+    stalls: Vec<StallInterval>,
+    flushes: Vec<FlushRecord>,
+    compactions: Vec<CompactionRecord>,
+}
+
+impl Default for StatsRecorder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl StatsRecorder {
+    /// A recorder whose clock starts now.
+    pub fn new() -> Self {
+        StatsRecorder {
+            opened: Instant::now(),
+            user_ops: AtomicU64::new(0),
+            user_bytes: AtomicU64::new(0),
+            ssd_bytes_read: AtomicU64::new(0),
+            block_cache_hits: AtomicU64::new(0),
+            block_cache_misses: AtomicU64::new(0),
+            log: Mutex::new(Log::default()),
+        }
+    }
+
+    /// Time since open of an instant.
+    pub fn since_open(&self, t: Instant) -> Duration {
+        t.saturating_duration_since(self.opened)
+    }
+
+    /// Adds to one of the written-bytes counters.
+    pub fn add_written(&self, f: impl FnOnce(&mut BytesWritten)) {
+        f(&mut self.log.lock().written);
+    }
+
+    /// Records a stall that started at `start` and ended now.
+    pub fn record_stall(&self, start: Instant, cause: StallCause) {
+        let iv = StallInterval {
+            start: self.since_open(start),
+            duration: start.elapsed(),
+            cause,
+        };
+        self.log.lock().stalls.push(iv);
+    }
+
+    /// Records a finished flush.
+    pub fn record_flush(&self, start: Instant, output_bytes: u64, tier: Tier) {
+        let r = FlushRecord {
+            start: self.since_open(start),
+            duration: start.elapsed(),
+            output_bytes,
+            tier,
+        };
+        let mut log = self.log.lock();
+        match tier {
+            Tier::Ssd => log.written.flush_ssd += output_bytes,
+            Tier::Pm => log.written.flush_pm += output_bytes,
+        }
+        log.flushes.push(r);
+    }
+
+    /// Records a finished compaction; adds its output to the written bytes.
+    pub fn record_compaction(&self, rec: CompactionRecord, tier: Tier) {
+        let mut log = self.log.lock();
+        match tier {
+            Tier::Ssd => {
+                let v = &mut log.written.compaction_ssd;
+                if v.len() <= rec.output_level {
+                    v.resize(rec.output_level + 1, 0);
+                }
+                v[rec.output_level] += rec.output_bytes;
+            }
+            Tier::Pm => log.written.compaction_pm += rec.output_bytes,
+        }
+        log.compactions.push(rec);
+    }
+
+    /// A snapshot, with the given level shape.
+    pub fn snapshot(&self, levels: Vec<LevelShape>) -> Stats {
+        let log = self.log.lock();
+        Stats {
+            uptime: self.opened.elapsed(),
+            user_ops: self.user_ops.load(Ordering::Relaxed),
+            user_bytes: self.user_bytes.load(Ordering::Relaxed),
+            written: log.written.clone(),
+            ssd_bytes_read: self.ssd_bytes_read.load(Ordering::Relaxed),
+            stalls: log.stalls.clone(),
+            flushes: log.flushes.clone(),
+            compactions: log.compactions.clone(),
+            levels,
+            block_cache_hits: self.block_cache_hits.load(Ordering::Relaxed),
+            block_cache_misses: self.block_cache_misses.load(Ordering::Relaxed),
+        }
+    }
+}
