@@ -15,6 +15,7 @@ pub mod options;
 pub mod sst;
 pub mod stats;
 pub mod storage;
+pub mod version;
 pub mod wal;
 
 pub use error::{Error, Result};

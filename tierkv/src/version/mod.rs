@@ -1,0 +1,4 @@
+//! Versions: the immutable set of tables, the edits that change it, and the
+//! MANIFEST that records them.
+
+pub mod edit;
