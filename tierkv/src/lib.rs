@@ -7,10 +7,12 @@
 #![deny(missing_docs)]
 #![warn(clippy::unwrap_used)]
 
+pub mod batch;
 pub mod coding;
 pub mod error;
 pub mod iter;
 pub mod key;
+pub mod memtable;
 pub mod options;
 pub mod sst;
 pub mod stats;
