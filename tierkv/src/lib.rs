@@ -9,6 +9,9 @@
 
 pub mod batch;
 pub mod coding;
+pub mod compaction;
+pub mod db;
+pub mod design;
 pub mod error;
 pub mod iter;
 pub mod key;
@@ -22,3 +25,6 @@ pub mod wal;
 
 pub use error::{Error, Result};
 pub use options::{Options, PmBackend, Preset, WalPlacement};
+pub use batch::WriteBatch;
+pub use db::{Db, ReadOptions, Snapshot, WriteOptions};
+pub use iter::DbIterator;

@@ -141,6 +141,27 @@ pub trait PmRegion: Send + Sync + 'static {
     fn fence(&self);
 }
 
+/// A power switch shared by crashable backends ([`mem::MemFs`],
+/// [`sim::SimRegion`]): once cut, no sync or persist takes effect on any of
+/// them, so a test freezes the durable state of both tiers at one instant.
+#[derive(Debug, Clone, Default)]
+pub struct Power(Arc<std::sync::atomic::AtomicBool>);
+
+impl Power {
+    /// A switch that is on.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Cuts the power: later syncs and persists are silently dropped.
+    pub fn cut(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+    /// True until [`Power::cut`].
+    pub fn is_on(&self) -> bool {
+        !self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
 /// Joins a directory and a file name.
 pub fn join(dir: &Path, name: &str) -> PathBuf {
     dir.join(name)
