@@ -685,6 +685,15 @@ mod tests {
         let sb = r.slice(0, 48).unwrap();
         assert_eq!(u64_at(sb, 16), 16384);
         assert_eq!(u32_at(sb, 40), crc32c::crc32c(&sb[..40]));
+        assert_eq!(
+            u32_at(sb, 40),
+            0x0f01_11b4,
+            "the crc shown in docs/format/pm.md"
+        );
+        a.alloc(1).unwrap();
+        a.free(run(2, 3)).unwrap();
+        assert_eq!(u64_at(r.slice(4096, 8).unwrap(), 0), 0x23);
+        assert_eq!(a.alloc(1).unwrap(), Some(run(6, 1)));
     }
 
     #[test]

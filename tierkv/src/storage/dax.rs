@@ -23,7 +23,7 @@
 //! `msync`.
 //!
 //! The file handling (creation, exact size, `pm_size_bytes` check) is that of
-//! [`MmapRegion`](super::mmap::MmapRegion); the region layout is
+//! [`MmapRegion`]; the region layout is
 //! docs/format/pm.md.
 //!
 //! Fallback: on a file system without DAX (e.g. /dev/shm), `MAP_SYNC` is
