@@ -26,6 +26,8 @@ pub mod mmap;
 pub mod posix;
 pub mod sim;
 
+pub use dax::open_pm_region;
+
 /// How a file is opened for writing.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WriteHint {
