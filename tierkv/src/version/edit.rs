@@ -42,7 +42,7 @@
 //!
 //! Two text lines: the live manifest's file name and the crc32c of that
 //! name (the bytes before the first newline) as 8 lowercase hex digits:
-//! `MANIFEST-000005\ncrc32c:0123abcd\n` ([`encode_current`],
+//! `MANIFEST-000005\ncrc32c:b949be95\n` ([`encode_current`],
 //! [`decode_current`]). It is written to `CURRENT.tmp`, synced, renamed to
 //! `CURRENT` and the directory synced.
 //!
@@ -601,6 +601,42 @@ mod tests {
     }
 
     #[test]
+    fn worked_example_of_a_new_table() {
+        // docs/format/manifest.md §4.
+        let e = VersionEdit {
+            new_tables: vec![(
+                1,
+                TableMeta {
+                    id: 12,
+                    tier: Tier::Ssd,
+                    format: TableFormat::Sst,
+                    size_bytes: 4096,
+                    smallest: make_internal_key(b"a", 5, Kind::Put),
+                    largest: make_internal_key(b"b", 3, Kind::Put),
+                    seq_min: 3,
+                    seq_max: 5,
+                    entries: 2,
+                    deletions: 0,
+                    pm_pages: vec![],
+                },
+            )],
+            ..Default::default()
+        };
+        let mut b = Vec::new();
+        e.encode(&mut b);
+        #[rustfmt::skip]
+        let want = [
+            0x06, 0x01, 0x1e,
+            0x0c, 0x01, 0x00, 0x80, 0x20,
+            0x09, 0x61, 0x01, 0x05, 0, 0, 0, 0, 0, 0,
+            0x09, 0x62, 0x01, 0x03, 0, 0, 0, 0, 0, 0,
+            0x03, 0x05, 0x02, 0x00, 0x00,
+        ];
+        assert_eq!(b, want);
+        assert_eq!(VersionEdit::decode(&b, "m", 0).unwrap(), e);
+    }
+
+    #[test]
     fn random_edits_roundtrip() {
         let mut rng = SmallRng::seed_from_u64(0x5eed);
         for _ in 0..2000 {
@@ -710,9 +746,7 @@ mod tests {
             assert_eq!(decode_current(&b, "CURRENT").unwrap(), n);
         }
         let b = encode_current(5);
-        assert!(std::str::from_utf8(&b)
-            .unwrap()
-            .starts_with("MANIFEST-000005\ncrc32c:"));
+        assert_eq!(b, b"MANIFEST-000005\ncrc32c:b949be95\n");
         let mut flipped = b.clone();
         flipped[14] = b'4';
         assert!(decode_current(&flipped, "CURRENT")

@@ -27,9 +27,17 @@
 //! the log.
 //!
 //! Worked example: log 9 in an extent at offset 0x10000 of 4096 + 2×32768
-//! bytes, the last of its chain: `74 6b 76 50 4d 57 41 4c | 01 00 00 00 |
-//! crc | 09 00 .. 00 | 00 10 01 00 00 00 00 00 | 00 .. 00`, followed at
-//! 0x11000 by the first fragment header of the log.
+//! = 0x11000 bytes, the last of its chain:
+//!
+//! ```text
+//! 0x10000  74 6b 76 50 4d 57 41 4c   "tkvPMWAL"
+//! 0x10008  01 00 00 00               version 1
+//! 0x1000c  05 b5 c1 fe               mask(crc32c(bytes 0..12 ‖ 16..32))
+//! 0x10010  09 00 00 00 00 00 00 00   log 9
+//! 0x10018  00 10 01 00 00 00 00 00   extent_len 0x11000
+//! 0x10020  00 00 00 00 00 00 00 00   next: none
+//! 0x11000  first fragment header of block 0
+//! ```
 //!
 //! # Crash consistency
 //!
@@ -537,7 +545,7 @@ pub struct PmSource {
 }
 
 impl PmSource {
-    /// The extents `(offset, first block index)` of the chain.
+    /// The offsets of the chain's extents, in chain order.
     pub fn extent_offsets(&self) -> Vec<u64> {
         self.extents.iter().map(|e| e.offset).collect()
     }
@@ -559,9 +567,35 @@ impl LogSource for PmSource {
                 self.name
             )));
         }
-        let i = self.extents.partition_point(|e| e.first_block <= index) - 1;
+        let i = self
+            .extents
+            .partition_point(|e| e.first_block <= index)
+            .saturating_sub(1);
         let e = self.extents[i];
         let at = e.offset + EXTENT_HEADER_BYTES + (index - e.first_block) * BLOCK;
         Ok((self.region.slice(at, BLOCK_SIZE)?, at))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::storage::sim::SimRegion;
+
+    #[test]
+    fn worked_example_header_bytes() {
+        let b = encode_extent_header(9, extent_len_for_blocks(2));
+        assert_eq!(&b[0..16], b"tkvPMWAL\x01\0\0\0\x05\xb5\xc1\xfe");
+        assert_eq!(&b[24..32], &[0x00, 0x10, 0x01, 0, 0, 0, 0, 0]);
+        let r = SimRegion::new(0x30000);
+        r.write(0x10000, &b).unwrap();
+        let h = read_extent_header(&r, 0x10000).unwrap();
+        assert_eq!((h.log_number, h.extent_len, h.next), (9, 0x11000, 0));
+        // `next` is outside the checksum: linking does not rewrite it.
+        r.write(0x10020, &0x20000u64.to_le_bytes()).unwrap();
+        assert_eq!(read_extent_header(&r, 0x10000).unwrap().next, 0x20000);
+        r.corrupt(0x10018, 1).unwrap();
+        assert!(read_extent_header(&r, 0x10000).unwrap_err().is_corruption());
     }
 }

@@ -284,12 +284,11 @@ impl<S: LogSource> Reader<S> {
         }
         let body = self.pos + HEADER_SIZE;
         let Some(payload) = data.get(body..body + h.length) else {
-            let last = self.block + 1 == self.source.block_count();
             return Ok(Step::Stop {
                 fragment_at: at,
                 what: "fragment length overruns the block",
                 clean: false,
-                scan_from: (!last).then_some((self.block + 1, 0)),
+                scan_from: Some((self.block + 1, 0)),
             });
         };
         if !h.verify(payload) {

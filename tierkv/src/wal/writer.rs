@@ -53,6 +53,23 @@ pub trait LogSink: Send {
     }
 }
 
+/// A boxed sink is a sink, so the engine can pick the sink at run time
+/// (`Writer<Box<dyn LogSink>>`).
+impl<S: LogSink + ?Sized> LogSink for Box<S> {
+    fn append(&mut self, data: &[u8]) -> Result<()> {
+        (**self).append(data)
+    }
+    fn sync(&mut self) -> Result<()> {
+        (**self).sync()
+    }
+    fn flush(&mut self) -> Result<()> {
+        (**self).flush()
+    }
+    fn reserve(&mut self, len_bytes: u64) -> Result<()> {
+        (**self).reserve(len_bytes)
+    }
+}
+
 /// A log in an SSD file: `append` is the file's buffered append, `sync` is
 /// the file's sync, `flush` its flush.
 pub struct FileSink(pub Box<dyn WritableFile>);
@@ -231,6 +248,24 @@ mod tests {
         );
         assert_eq!(w.bytes_written(), 13);
         assert_eq!(w.sink().syncs, 1);
+    }
+
+    #[test]
+    fn writes_the_fragmented_example() {
+        // docs/format/wal.md: 40 000 × 'a' in log 5 at the start of a log.
+        let mut w = Writer::new(VecSink::default(), 5);
+        w.add_record(&[b'a'; 40_000]).unwrap();
+        let b = &w.sink().bytes;
+        assert_eq!(b.len(), 40_000 + 2 * HEADER_SIZE);
+        let first = 0x777d_821du32.to_le_bytes();
+        let last = 0x4261_b8d3u32.to_le_bytes();
+        assert_eq!(&b[0..4], &first);
+        assert_eq!(&b[4..11], &[0xf5, 0x7f, 2, 5, 0, 0, 0]);
+        assert_eq!(&b[BLOCK_SIZE..BLOCK_SIZE + 4], &last);
+        assert_eq!(
+            &b[BLOCK_SIZE + 4..BLOCK_SIZE + 11],
+            &[0x4b, 0x1c, 4, 5, 0, 0, 0]
+        );
     }
 
     #[test]
