@@ -509,3 +509,43 @@ fn a_damaged_extent_chain_is_corruption_naming_the_extent() {
         .unwrap();
     assert_eq!(PmLog::extents(region.as_ref(), first).unwrap(), extents);
 }
+
+#[test]
+fn simulator_persist_budget_crash_keeps_the_synced_records() {
+    // The same with the simulator's own budget: persists past it are
+    // dropped while the writer runs on; `crash()` keeps the durable image.
+    let recs = crash_records();
+    let ext = extent_len_for_blocks(2);
+    let mut budget = 0;
+    loop {
+        let sim = Arc::new(SimRegion::new(2 << 20));
+        let region: Arc<dyn PmRegion> = sim.clone();
+        sim.set_persist_budget(Some(budget));
+        let sink = PmLog::create(region, TestSource::new(sim.len()), 21, ext).unwrap();
+        let created = sim.persist_count() <= budget;
+        let first = sink.first_extent();
+        let mut w = Writer::new(sink, 21);
+        let mut acked = 0;
+        for (i, rec) in recs.iter().enumerate() {
+            w.add_record(rec).unwrap();
+            w.sync().unwrap();
+            if sim.persist_count() <= budget {
+                acked = i + 1;
+            }
+        }
+        if created {
+            let image: Arc<dyn PmRegion> = Arc::new(sim.crash());
+            let mut r = PmLog::open_for_read(image, first, 21).unwrap();
+            let got = read_ok(&mut r);
+            assert!(
+                got.len() == acked || got.len() == acked + 1,
+                "budget {budget}"
+            );
+            assert_eq!(&got[..], &recs[..got.len()], "budget {budget}");
+        }
+        if acked == recs.len() {
+            break;
+        }
+        budget += 1;
+    }
+}

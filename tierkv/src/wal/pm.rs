@@ -441,6 +441,20 @@ impl PmSink {
         Ok(())
     }
 
+    /// Checks the struct invariants (feature `invariants`, on in tests).
+    fn check_invariants(&self) {
+        #[cfg(feature = "invariants")]
+        {
+            assert!(self.cur < self.extents.len());
+            assert!(self.cur_pos <= self.extents[self.cur].cap);
+            assert!(self.synced <= (self.cur, self.cur_pos));
+            assert!(self
+                .extents
+                .iter()
+                .all(|e| e.cap > 0 && e.cap % BLOCK == 0 && e.offset != 0));
+        }
+    }
+
     /// Bytes that can be appended without allocating.
     fn available(&self) -> u64 {
         let cur = &self.extents[self.cur];
@@ -493,6 +507,7 @@ impl LogSink for PmSink {
             self.cur_pos += n as u64;
             data = rest;
         }
+        self.check_invariants();
         Ok(())
     }
 
@@ -517,6 +532,7 @@ impl LogSink for PmSink {
                 .persist(self.data_offset(self.cur, pos), (end - pos) as usize)?;
         }
         self.synced = (self.cur, self.cur_pos);
+        self.check_invariants();
         Ok(())
     }
 

@@ -226,7 +226,16 @@ impl<S: LogSource> Reader<S> {
         // Offset of the FIRST fragment while inside a fragmented record.
         let mut start: Option<u64> = None;
         loop {
-            match self.step(buf, &mut start)? {
+            let step = match self.step(buf, &mut start) {
+                Ok(step) => step,
+                Err(e) => {
+                    // The position may be inside a record: do not resume.
+                    buf.clear();
+                    self.error = Some(e.clone());
+                    return Err(e);
+                }
+            };
+            match step {
                 Step::Record => return Ok(true),
                 Step::Continue => {}
                 Step::Stop {

@@ -164,6 +164,10 @@ impl<S: LogSink> Writer<S> {
             left = rest;
             begin = false;
             if end {
+                debug_assert_eq!(
+                    self.bytes_written % BLOCK_SIZE as u64,
+                    (self.block_offset % BLOCK_SIZE) as u64
+                );
                 return Ok(());
             }
         }
