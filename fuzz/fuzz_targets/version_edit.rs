@@ -13,7 +13,8 @@ fuzz_target!(|data: &[u8]| {
         Ok(edit) => {
             let mut again = Vec::new();
             edit.encode(&mut again);
-            let back = VersionEdit::decode(&again, "re-encoded", 0).expect("re-encoded edit decodes");
+            let back =
+                VersionEdit::decode(&again, "re-encoded", 0).expect("re-encoded edit decodes");
             assert_eq!(back, edit);
         }
         Err(Error::Corruption { at, .. }) => {

@@ -83,7 +83,9 @@ fuzz_target!(|data: &[u8]| {
             let sink = PmLog::create(dynr.clone(), source, 1, ext).unwrap();
             let first = sink.first_extent();
             let n = rest.len().min((ext - EXTENT_HEADER_BYTES) as usize);
-            region.write(first + EXTENT_HEADER_BYTES, &rest[..n]).unwrap();
+            region
+                .write(first + EXTENT_HEADER_BYTES, &rest[..n])
+                .unwrap();
             let mut r = PmLog::open_for_read(dynr, first, 1).unwrap();
             drain(&mut r, n / 11 + 1);
         }
