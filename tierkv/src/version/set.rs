@@ -2,7 +2,7 @@
 //!
 //! Files in the database directory:
 //! ```text
-//! CURRENT           names the live manifest ("MANIFEST-000007\n"), replaced atomically
+//! CURRENT           names the live manifest ("MANIFEST-000007\ncrc32c:…\n"), replaced atomically
 //! MANIFEST-000007   WAL-format records, each one encoded VersionEdit;
 //!                   the first is a snapshot of the whole version
 //! 000012.log        write-ahead logs (when the WAL is on SSD)
@@ -29,21 +29,16 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
-use super::edit::{PmWal, VersionEdit};
+use super::edit::{decode_current, encode_current, manifest_file_name, PmWal, VersionEdit};
 use super::{TableContext, Version};
 use crate::error::{Error, Result};
 use crate::key::SeqNo;
 use crate::stats::StatsRecorder;
 use crate::storage::{FileSystem, WriteHint};
-use crate::wal::{FileSink, Reader as LogReader, Writer as LogWriter};
+use crate::wal::{FileLog, FileSink, Reader as LogReader, Writer as LogWriter};
 
 /// A manifest grows to this size before it is rewritten as a snapshot.
 const MANIFEST_ROTATE_BYTES: u64 = 64 << 20;
-
-/// Name of the manifest with number `n`.
-pub fn manifest_name(n: u64) -> String {
-    format!("MANIFEST-{n:06}")
-}
 
 /// Name of the SSD WAL with number `n`.
 pub fn wal_name(n: u64) -> String {
@@ -125,23 +120,18 @@ impl VersionSet {
     ) -> Result<(VersionSet, Recovered)> {
         let current_path = dir.join("CURRENT");
         let current = fs.read_all(&current_path)?;
-        let name = parse_current(&current, &current_path)?;
-        let manifest_path = dir.join(&name);
-        let manifest_number = name
-            .strip_prefix("MANIFEST-")
-            .and_then(|n| n.parse::<u64>().ok())
-            .ok_or_else(|| {
-                Error::corruption(current_path.display().to_string(), 0, format!("CURRENT names `{name}`, not a manifest"))
-            })?;
+        let manifest_number = decode_current(&current, &current_path.display().to_string())?;
+        let manifest_path = dir.join(manifest_file_name(manifest_number));
         let bytes = fs.read_all(&manifest_path)?;
         let source = manifest_path.display().to_string();
-        let mut reader = LogReader::from_bytes(bytes, source.clone(), manifest_number);
+        let mut reader = LogReader::new(FileLog::new(source.clone(), bytes), manifest_number);
 
         let mut v = Version::empty(level_count);
         let mut rec = Recovered::default();
         let mut next_file = None;
         let mut pm_wals: Vec<PmWal> = Vec::new();
-        while let Some((offset, record)) = reader.next_record()? {
+        while let Some(record) = reader.next_record()? {
+            let offset = reader.last_record_offset();
             let e = VersionEdit::decode(&record, &source, offset)?;
             v = v.apply(&e, &ctx).map_err(|err| match err {
                 Error::Corruption { what, .. } => Error::corruption(source.clone(), offset, what),
@@ -240,9 +230,9 @@ impl VersionSet {
     fn write_new_manifest(&self, last_seqno: SeqNo) -> Result<()> {
         let mut guard = self.manifest.lock();
         let number = self.new_file_number();
-        let path = self.dir.join(manifest_name(number));
+        let path = self.dir.join(manifest_file_name(number));
         let file = self.fs.create(&path, WriteHint::default())?;
-        let mut writer = LogWriter::new(FileSink::new(file), number);
+        let mut writer = LogWriter::new(FileSink(file), number);
         let mut snap = self.current().snapshot_edit();
         snap.log_number = Some(self.log_number());
         snap.next_file_number = Some(self.next_file_number.load(Ordering::Relaxed));
@@ -255,7 +245,7 @@ impl VersionSet {
         self.stats.add_written(|w| w.manifest += writer.bytes_written());
         set_current(self.fs.as_ref(), &self.dir, number)?;
         if let Some(old) = guard.replace(Manifest { writer, number }) {
-            let _ = self.fs.remove(&self.dir.join(manifest_name(old.number)));
+            let _ = self.fs.remove(&self.dir.join(manifest_file_name(old.number)));
         }
         Ok(())
     }
@@ -270,22 +260,9 @@ impl VersionSet {
 fn set_current(fs: &dyn FileSystem, dir: &Path, number: u64) -> Result<()> {
     let tmp = dir.join("CURRENT.tmp");
     let mut f = fs.create(&tmp, WriteHint::default())?;
-    let body = format!("{}\n", manifest_name(number));
-    f.append(body.as_bytes())?;
+    f.append(&encode_current(number))?;
     f.sync()?;
     drop(f);
     fs.rename(&tmp, &dir.join("CURRENT"))?;
     fs.sync_dir(dir)
-}
-
-fn parse_current(bytes: &[u8], path: &Path) -> Result<String> {
-    let s = std::str::from_utf8(bytes).ok().and_then(|s| s.strip_suffix('\n'));
-    match s {
-        Some(name) if name.starts_with("MANIFEST-") && !name.contains(['/', '\n']) => Ok(name.to_string()),
-        _ => Err(Error::corruption(
-            path.display().to_string(),
-            0,
-            "CURRENT does not name a manifest",
-        )),
-    }
 }

@@ -242,7 +242,7 @@ impl Db {
             obsolete: Mutex::new(Vec::new()),
         });
         let pm = if options.has_pm() {
-            Some(PmTier::open(&options, !exists)?)
+            Some(PmTier::open(&options)?)
         } else {
             None
         };
@@ -541,7 +541,7 @@ fn new_log(
             let file = fs.create(&dir.join(wal_name(n)), WriteHint::default())?;
             // The name must survive a crash for synced records to.
             fs.sync_dir(dir)?;
-            Ok((LogWriter::File(wal::Writer::new(FileSink::new(file), n)), None))
+            Ok((LogWriter::File(wal::Writer::new(FileSink(file), n)), None))
         }
     }
 }
@@ -603,22 +603,8 @@ impl Replay {
             Ok(())
         };
         for (n, pm_first) in logs {
-            let mut reader = match pm_first {
-                Some(first) => match pm {
-                    Some(pm) => pm.open_log(first, n)?,
-                    None => {
-                        return Err(Error::InvalidOptions(format!(
-                            "the manifest has WAL {n} in the PM tier but no PM tier is configured (`pm_dir`)"
-                        )))
-                    }
-                },
-                None => {
-                    let path = dir.join(wal_name(n));
-                    wal::Reader::from_bytes(fs.read_all(&path)?, path.display().to_string(), n)
-                }
-            };
-            while let Some((offset, record)) = reader.next_record()? {
-                let batch = WriteBatch::decode(record, reader.source(), offset)?;
+            let mut apply = |record: Vec<u8>, source: &str, offset: u64| -> Result<()> {
+                let batch = WriteBatch::decode(record, source, offset)?;
                 let end = batch.seqno() + u64::from(batch.count()).saturating_sub(1);
                 mem.apply(&batch)?;
                 last_seq = last_seq.max(end);
@@ -626,8 +612,24 @@ impl Replay {
                     flush(&mem, &mut edit, last_seq)?;
                     mem = Arc::new(MemTable::new(0));
                 }
-            }
-            if let Some(off) = reader.torn_tail() {
+                Ok(())
+            };
+            let torn = match pm_first {
+                Some(first) => {
+                    let pm = pm.ok_or_else(|| {
+                        Error::InvalidOptions(format!(
+                            "the manifest has WAL {n} in the PM tier but no PM tier is configured (`pm_dir`)"
+                        ))
+                    })?;
+                    replay_log(pm.open_log(first, n)?, &mut apply)?
+                }
+                None => {
+                    let path = dir.join(wal_name(n));
+                    let log = wal::FileLog::new(path.display().to_string(), fs.read_all(&path)?);
+                    replay_log(wal::Reader::new(log, n), &mut apply)?
+                }
+            };
+            if let Some(off) = torn {
                 log::warn!("WAL {n}: torn tail at offset {off} dropped (never acknowledged)");
             }
         }
@@ -636,6 +638,18 @@ impl Replay {
         }
         Ok(Replay { edit, last_seq })
     }
+}
+
+/// Feeds every record of a log to `apply`; returns the torn-tail offset.
+fn replay_log<S: wal::LogSource>(
+    mut reader: wal::Reader<S>,
+    apply: &mut dyn FnMut(Vec<u8>, &str, u64) -> Result<()>,
+) -> Result<Option<u64>> {
+    let name = reader.source_name().to_string();
+    while let Some(record) = reader.next_record()? {
+        apply(record, &name, reader.last_record_offset())?;
+    }
+    Ok(reader.torn_tail())
 }
 
 fn start_background(inner: &Arc<Inner>) -> Vec<JoinHandle<()>> {
