@@ -438,3 +438,43 @@ fn block_cache_concurrent_insert_get_erase() {
     assert!(cache.usage_bytes() <= 2 << 20);
     cache.check_invariants();
 }
+
+/// The worked example of docs/format/sst.md, byte for byte.
+#[test]
+fn worked_example_matches_the_format_doc() {
+    let fs = MemFs::new();
+    let p = Path::new("/db/000007.sst");
+    let mut b = TableBuilder::new(
+        fs.create(p, WriteHint::default()).unwrap(),
+        TableOptions::default(),
+    );
+    b.add(&make_internal_key(b"apple", 3, Kind::Put), b"red")
+        .unwrap();
+    b.add(&make_internal_key(b"apple", 1, Kind::Put), b"green")
+        .unwrap();
+    b.add(&make_internal_key(b"banana", 2, Kind::Delete), b"")
+        .unwrap();
+    let props = b.finish().unwrap();
+    assert_eq!(props.file_size_bytes, 226);
+    let want = "
+        00 0d 03 61 70 70 6c 65 01 03 00 00 00 00 00 00
+        72 65 64 06 07 05 01 00 00 00 00 00 00 67 72 65
+        65 6e 00 0e 00 62 61 6e 61 6e 61 00 02 00 00 00
+        00 00 00 00 00 00 00 01 00 00 00 00 c5 6c 5d 68
+        44 61 10 02 81 80 28 0c 07 00 53 f7 0c ad 01 01
+        03 02 01 01 03 01 28 04 01 08 07 01 01 08 01 03
+        09 01 01 05 0d 61 70 70 6c 65 01 03 00 00 00 00
+        00 00 06 0e 62 61 6e 61 6e 61 00 02 00 00 00 00
+        00 00 00 a0 84 04 f8 00 09 02 63 01 ff ff ff ff
+        ff ff ff 00 3b 00 00 00 00 01 00 00 00 00 9d 46
+        67 f2 40 00 00 00 00 00 00 00 09 00 00 00 00 00
+        00 00 4e 00 00 00 00 00 00 00 34 00 00 00 00 00
+        00 00 87 00 00 00 00 00 00 00 16 00 00 00 00 00
+        00 00 01 00 00 00 2d 7a 5e 19 74 69 65 72 6b 53
+        53 54";
+    let want: Vec<u8> = want
+        .split_whitespace()
+        .map(|h| u8::from_str_radix(h, 16).unwrap())
+        .collect();
+    assert_eq!(fs.read_all(p).unwrap(), want);
+}

@@ -396,7 +396,9 @@ impl TableReader for Table {
             return Ok(None);
         }
         let target = seek_key(user_key, seq.min(MAX_SEQNO));
-        let mut idx = BlockIter::new(Arc::clone(&self.index));
+        // One key buffer serves the index and the data block seek.
+        let key_buf = Vec::with_capacity(target.len() + 32);
+        let mut idx = BlockIter::with_buffer(Arc::clone(&self.index), key_buf);
         idx.seek(&target);
         if !idx.valid() {
             idx.status()?;
