@@ -23,6 +23,8 @@
 //! Invariant: for every index entry i, `last(i) <= K_i < first(i+1)`, so the
 //! first index entry `>= t` names the only block that can hold the first
 //! entry `>= t` (or the block after it holds it, when `t > last(i)`).
+//!
+//! Concurrency: everything here is a pure function or a `Copy` value.
 
 use std::cmp::Ordering;
 
