@@ -23,8 +23,8 @@ pub mod storage;
 pub mod version;
 pub mod wal;
 
-pub use error::{Error, Result};
-pub use options::{Options, PmBackend, Preset, WalPlacement};
 pub use batch::WriteBatch;
 pub use db::{Db, ReadOptions, Snapshot, WriteOptions};
+pub use error::{Error, Result};
 pub use iter::DbIterator;
+pub use options::{Options, PmBackend, Preset, WalPlacement};

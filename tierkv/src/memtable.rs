@@ -166,7 +166,10 @@ impl InternalIterator for MemTableIter {
         self.cur.as_ref().map(|e| e.key().encoded()).unwrap_or(&[])
     }
     fn value(&self) -> &[u8] {
-        self.cur.as_ref().map(|e| e.value().as_slice()).unwrap_or(&[])
+        self.cur
+            .as_ref()
+            .map(|e| e.value().as_slice())
+            .unwrap_or(&[])
     }
     fn status(&self) -> Result<()> {
         Ok(())

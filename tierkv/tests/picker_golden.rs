@@ -81,7 +81,7 @@ impl Script {
                 fs: Arc::new(MemFs::new()),
                 dir: PathBuf::from("/golden"),
                 cache: None,
-                counters: TableCounters::new(),
+                counters: TableCounters::default(),
                 verify_checksums: true,
                 pm_opener: Default::default(),
                 obsolete: Mutex::new(Vec::new()),
@@ -152,11 +152,20 @@ impl Script {
                 continue;
             }
             let ids: Vec<String> = tables.iter().map(|t| format!("#{}", t.meta.id)).collect();
-            let _ = write!(s, "{} L{l} {}", if i == 0 { "" } else { " +" }, ids.join(","));
+            let _ = write!(
+                s,
+                "{} L{l} {}",
+                if i == 0 { "" } else { " +" },
+                ids.join(",")
+            );
         }
         let _ = write!(s, " -> L{}", t.output_level);
         if !t.grandparents.is_empty() {
-            let ids: Vec<String> = t.grandparents.iter().map(|t| format!("#{}", t.meta.id)).collect();
+            let ids: Vec<String> = t
+                .grandparents
+                .iter()
+                .map(|t| format!("#{}", t.meta.id))
+                .collect();
             let _ = write!(s, " (grandparents {})", ids.join(","));
         }
         s.push('\n');
@@ -231,7 +240,10 @@ impl Script {
                     for t in tables {
                         bytes += t.meta.size_bytes;
                         seq = seq.max(t.meta.seq_max);
-                        let (s, e) = (t.smallest_user_key().to_vec(), t.largest_user_key().to_vec());
+                        let (s, e) = (
+                            t.smallest_user_key().to_vec(),
+                            t.largest_user_key().to_vec(),
+                        );
                         if lo.as_ref().is_none_or(|x| &s < x) {
                             lo = Some(s);
                         }

@@ -138,7 +138,7 @@ impl<'a, 'e> Outputs<'a, 'e> {
                 id,
                 tier: Tier::Ssd,
                 format: TableFormat::Sst,
-                size_bytes: p.file_size,
+                size_bytes: p.file_size_bytes,
                 smallest: p.smallest,
                 largest: p.largest,
                 seq_min: p.seq_min,
@@ -155,10 +155,16 @@ impl<'a, 'e> Outputs<'a, 'e> {
     fn abandon(&mut self) {
         if let Some((id, b)) = self.cur.take() {
             b.abandon();
-            let _ = self.env.fs.remove(&self.env.dir.join(crate::sst::sst_file_name(id)));
+            let _ = self
+                .env
+                .fs
+                .remove(&self.env.dir.join(crate::sst::sst_file_name(id)));
         }
         for m in self.done.drain(..) {
-            let _ = self.env.fs.remove(&self.env.dir.join(crate::sst::sst_file_name(m.id)));
+            let _ = self
+                .env
+                .fs
+                .remove(&self.env.dir.join(crate::sst::sst_file_name(m.id)));
         }
     }
 }

@@ -176,7 +176,6 @@ struct Inner {
     design: Arc<dyn Design>,
     versions: VersionSet,
     stats: Arc<StatsRecorder>,
-    counters: TableCounters,
     pm: Option<PmTier>,
     state: Mutex<State>,
     /// Wakes background threads.
@@ -229,14 +228,14 @@ impl Db {
         }
 
         let stats = Arc::new(StatsRecorder::new());
-        let counters = TableCounters::new();
+        let counters = TableCounters::from_recorder(Arc::clone(&stats));
         let cache = (options.block_cache_bytes > 0)
             .then(|| Arc::new(BlockCache::new(options.block_cache_bytes)));
         let ctx = Arc::new(TableContext {
             fs: Arc::clone(&fs),
             dir: dir.clone(),
             cache,
-            counters: counters.clone(),
+            counters,
             verify_checksums: options.verify_checksums,
             pm_opener: Default::default(),
             obsolete: Mutex::new(Vec::new()),
@@ -266,7 +265,16 @@ impl Db {
         };
 
         // Replay the WALs the manifest does not cover.
-        let replay = Replay::run(&options, &fs, &dir, &versions, &stats, &design, pm.as_ref(), &recovered)?;
+        let replay = Replay::run(
+            &options,
+            &fs,
+            &dir,
+            &versions,
+            &stats,
+            &design,
+            pm.as_ref(),
+            &recovered,
+        )?;
 
         // A fresh WAL for new writes; the edit makes the replayed ones obsolete.
         let log_number = versions.new_file_number();
@@ -291,7 +299,6 @@ impl Db {
             fs,
             design,
             stats,
-            counters,
             pm,
             state: Mutex::new(State {
                 mem: Arc::clone(&mem),
@@ -567,7 +574,10 @@ impl Replay {
         // Every WAL not yet covered by tables, in order: SSD files and PM logs.
         let mut logs: Vec<(u64, Option<u64>)> = Vec::new();
         for name in fs.list(dir)? {
-            if let Some(n) = name.strip_suffix(".log").and_then(|n| n.parse::<u64>().ok()) {
+            if let Some(n) = name
+                .strip_suffix(".log")
+                .and_then(|n| n.parse::<u64>().ok())
+            {
                 if n >= rec.log_number {
                     logs.push((n, None));
                 }
@@ -738,9 +748,7 @@ impl Inner {
         });
         let mut q = self.writers.lock();
         q.push_back(Arc::clone(&me));
-        while !me.done.load(Ordering::Acquire)
-            && !q.front().is_some_and(|f| Arc::ptr_eq(f, &me))
-        {
+        while !me.done.load(Ordering::Acquire) && !q.front().is_some_and(|f| Arc::ptr_eq(f, &me)) {
             self.writers_cv.wait(&mut q);
         }
         if me.done.load(Ordering::Acquire) {
@@ -823,9 +831,13 @@ impl Inner {
         {
             let mut log = self.log.lock();
             let before = log.bytes_written();
-            let r = log
-                .add_record(batch.encoded())
-                .and_then(|()| if sync || log.is_pm() { log.sync() } else { Ok(()) });
+            let r = log.add_record(batch.encoded()).and_then(|()| {
+                if sync || log.is_pm() {
+                    log.sync()
+                } else {
+                    Ok(())
+                }
+            });
             let written = log.bytes_written() - before;
             let pm = log.is_pm();
             drop(log);
@@ -883,7 +895,8 @@ impl Inner {
                     if st.delay_next.is_none() {
                         st.delay_rate_bytes_per_sec = max;
                     } else if debt > st.last_debt {
-                        st.delay_rate_bytes_per_sec = (st.delay_rate_bytes_per_sec * 0.8).max(16384.0);
+                        st.delay_rate_bytes_per_sec =
+                            (st.delay_rate_bytes_per_sec * 0.8).max(16384.0);
                     } else if debt < st.last_debt {
                         st.delay_rate_bytes_per_sec = (st.delay_rate_bytes_per_sec * 1.25).min(max);
                     }
@@ -1193,9 +1206,15 @@ impl Inner {
         let live: HashSet<u64> = v.table_ids().collect();
         let log_number = self.versions.log_number();
         for name in self.fs.list(&self.dir)? {
-            let remove = if let Some(n) = name.strip_suffix(".sst").and_then(|n| n.parse::<u64>().ok()) {
+            let remove = if let Some(n) = name
+                .strip_suffix(".sst")
+                .and_then(|n| n.parse::<u64>().ok())
+            {
                 !live.contains(&n)
-            } else if let Some(n) = name.strip_suffix(".log").and_then(|n| n.parse::<u64>().ok()) {
+            } else if let Some(n) = name
+                .strip_suffix(".log")
+                .and_then(|n| n.parse::<u64>().ok())
+            {
                 n < log_number
             } else {
                 name == "CURRENT.tmp"
@@ -1209,10 +1228,6 @@ impl Inner {
 
     fn stats_snapshot(&self) -> Stats {
         let v = self.versions.current();
-        let mut s = self.stats.snapshot(v.shape());
-        s.ssd_bytes_read = self.counters.bytes_read();
-        s.block_cache_hits = self.counters.cache_hits();
-        s.block_cache_misses = self.counters.cache_misses();
-        s
+        self.stats.snapshot(v.shape())
     }
 }

@@ -6,7 +6,6 @@
 //! the manifest lists as live. Anything else was allocated by work a crash
 //! interrupted before its manifest edit, and is reclaimed.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
@@ -34,7 +33,10 @@ struct AllocExtents(Arc<PageAllocator>);
 impl ExtentSource for AllocExtents {
     fn alloc_extent(&self, len_bytes: u64) -> Result<Option<u64>> {
         let pages = len_bytes.div_ceil(self.0.page_size());
-        Ok(self.0.alloc(pages)?.map(|run| self.0.page_offset(run.first)))
+        Ok(self
+            .0
+            .alloc(pages)?
+            .map(|run| self.0.page_offset(run.first)))
     }
     fn free_extent(&self, offset: u64, len_bytes: u64) -> Result<()> {
         self.0.free(run_of(&self.0, offset, len_bytes))
@@ -88,16 +90,6 @@ impl PmTier {
         })
     }
 
-    /// The region.
-    pub fn region(&self) -> &Arc<dyn PmRegion> {
-        &self.region
-    }
-
-    /// The page allocator.
-    pub fn allocator(&self) -> &Arc<PageAllocator> {
-        &self.alloc
-    }
-
     /// Creates PM WAL `n`; returns its writer and first extent offset.
     pub fn create_log(&self, n: u64) -> Result<(wal::Writer<PmSink>, u64)> {
         let sink = PmLog::create(
@@ -142,9 +134,4 @@ impl PmTier {
         }
         self.alloc.reconcile(&live)
     }
-}
-
-/// True if `path` is the PM region file of a PM directory.
-pub fn is_region_file(path: &Path) -> bool {
-    path.file_name().is_some_and(|n| n == REGION_FILE_NAME)
 }

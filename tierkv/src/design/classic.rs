@@ -208,7 +208,10 @@ fn user_range<'a>(tables: impl IntoIterator<Item = &'a Arc<TableHandle>>) -> (Ve
             hi = Some(l);
         }
     }
-    (lo.unwrap_or_default().to_vec(), hi.unwrap_or_default().to_vec())
+    (
+        lo.unwrap_or_default().to_vec(),
+        hi.unwrap_or_default().to_vec(),
+    )
 }
 
 impl Design for Classic {
@@ -302,10 +305,18 @@ pub fn pick_manual_range(
     if inputs.is_empty() {
         return None;
     }
-    let inputs = if level == 0 { v.levels[0].clone() } else { inputs };
+    let inputs = if level == 0 {
+        v.levels[0].clone()
+    } else {
+        inputs
+    };
     let (a, b) = user_range(&inputs);
     let next = v.overlapping(level + 1, Some(&a), Some(&b));
-    if inputs.iter().chain(next.iter()).any(|t| busy.contains(&t.meta.id)) {
+    if inputs
+        .iter()
+        .chain(next.iter())
+        .any(|t| busy.contains(&t.meta.id))
+    {
         return None;
     }
     let (ga, gb) = user_range(inputs.iter().chain(next.iter()));
@@ -332,7 +343,8 @@ pub fn run_merge(env: &JobEnv, task: &Task, target_size_bytes: u64) -> Result<Ve
     if task.kind == TaskKind::TrivialMove {
         for (_, tables) in &task.inputs {
             for t in tables {
-                edit.new_tables.push((task.output_level as u32, t.meta.clone()));
+                edit.new_tables
+                    .push((task.output_level as u32, t.meta.clone()));
             }
         }
         return Ok(edit);
@@ -358,9 +370,10 @@ pub fn run_merge(env: &JobEnv, task: &Task, target_size_bytes: u64) -> Result<Ve
     for m in merge_to_ssts(env, &mut merged, &spec)? {
         edit.new_tables.push((task.output_level as u32, m));
     }
-    debug_assert!(edit
-        .new_tables
-        .windows(2)
-        .all(|w| key::compare_internal(&w[0].1.largest, &w[1].1.smallest).is_lt()));
+    debug_assert!(edit.new_tables.windows(2).all(|w| key::compare_internal(
+        &w[0].1.largest,
+        &w[1].1.smallest
+    )
+    .is_lt()));
     Ok(edit)
 }

@@ -68,7 +68,9 @@ pub struct Task {
 impl Task {
     /// Every input table id.
     pub fn input_ids(&self) -> impl Iterator<Item = u64> + '_ {
-        self.inputs.iter().flat_map(|(_, ts)| ts.iter().map(|t| t.meta.id))
+        self.inputs
+            .iter()
+            .flat_map(|(_, ts)| ts.iter().map(|t| t.meta.id))
     }
 
     /// Input bytes per level.

@@ -231,7 +231,11 @@ impl Version {
             return Vec::new();
         };
         if level == 0 {
-            return tables.iter().filter(|t| t.overlaps(lo, hi)).cloned().collect();
+            return tables
+                .iter()
+                .filter(|t| t.overlaps(lo, hi))
+                .cloned()
+                .collect();
         }
         // Sorted and disjoint: binary search the first table that can overlap.
         let start = match lo {
@@ -365,7 +369,9 @@ impl Version {
         #[cfg(feature = "invariants")]
         for w in self.levels[0].windows(2) {
             assert!(
-                w[0].meta.seq_min > w[1].meta.seq_max || w[0].meta.entries == 0 || w[1].meta.entries == 0,
+                w[0].meta.seq_min > w[1].meta.seq_max
+                    || w[0].meta.entries == 0
+                    || w[1].meta.entries == 0,
                 "L0 seqno ranges overlap: {:?} {:?}",
                 w[0],
                 w[1]
@@ -397,7 +403,11 @@ impl Version {
 }
 
 fn bad_level(level: usize) -> Error {
-    Error::corruption("MANIFEST", 0, format!("edit names level {level}, beyond the configured levels"))
+    Error::corruption(
+        "MANIFEST",
+        0,
+        format!("edit names level {level}, beyond the configured levels"),
+    )
 }
 
 /// An iterator over one table; an open error becomes the iterator's status.
@@ -437,7 +447,10 @@ impl LevelIterator {
             }
         }
         self.index = index;
-        self.cur = self.tables.get(index).map(|t| table_iter(t, self.fill_cache));
+        self.cur = self
+            .tables
+            .get(index)
+            .map(|t| table_iter(t, self.fill_cache));
     }
 
     fn skip_forward(&mut self) {

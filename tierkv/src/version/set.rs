@@ -242,10 +242,13 @@ impl VersionSet {
         snap.encode(&mut buf);
         writer.add_record(&buf)?;
         writer.sync()?;
-        self.stats.add_written(|w| w.manifest += writer.bytes_written());
+        self.stats
+            .add_written(|w| w.manifest += writer.bytes_written());
         set_current(self.fs.as_ref(), &self.dir, number)?;
         if let Some(old) = guard.replace(Manifest { writer, number }) {
-            let _ = self.fs.remove(&self.dir.join(manifest_file_name(old.number)));
+            let _ = self
+                .fs
+                .remove(&self.dir.join(manifest_file_name(old.number)));
         }
         Ok(())
     }
