@@ -418,7 +418,7 @@ macro_rules! model_test {
                 design: $design,
                 pm_wal: $pm,
                 seeds: $seeds,
-                ops: 1500,
+                ops: 4000,
             });
             eprintln!("{}: {crashes} crashes", stringify!($name));
         }

@@ -44,7 +44,7 @@ use crate::version::set::{wal_name, Recovered, VersionSet};
 use crate::version::{TableContext, Version};
 use crate::wal::{self, FileSink};
 
-mod pm;
+pub mod pm;
 use pm::PmTier;
 
 /// Per-write options.
@@ -176,7 +176,7 @@ struct Inner {
     design: Arc<dyn Design>,
     versions: VersionSet,
     stats: Arc<StatsRecorder>,
-    pm: Option<PmTier>,
+    pm: Option<Arc<PmTier>>,
     state: Mutex<State>,
     /// Wakes background threads.
     bg_cv: Condvar,
@@ -207,7 +207,6 @@ impl Db {
         options.validate()?;
         let dir = dir.as_ref().to_path_buf();
         let fs = Arc::clone(&options.fs);
-        let design = design::build(&options)?;
         fs.create_dir_all(&dir)?;
         let lock = fs.lock(&dir.join("LOCK"))?;
         let exists = fs.exists(&dir.join("CURRENT"));
@@ -241,10 +240,12 @@ impl Db {
             obsolete: Mutex::new(Vec::new()),
         });
         let pm = if options.has_pm() {
-            Some(PmTier::open(&options)?)
+            Some(Arc::new(PmTier::open(&options)?))
         } else {
             None
         };
+        let design = design::build(&options, pm.clone())?;
+        design.install(&ctx);
         let (versions, recovered) = if exists {
             VersionSet::recover(
                 Arc::clone(&fs),
@@ -272,13 +273,13 @@ impl Db {
             &versions,
             &stats,
             &design,
-            pm.as_ref(),
+            pm.as_deref(),
             &recovered,
         )?;
 
         // A fresh WAL for new writes; the edit makes the replayed ones obsolete.
         let log_number = versions.new_file_number();
-        let (log, pm_wal) = new_log(&options, &fs, &dir, pm.as_ref(), log_number)?;
+        let (log, pm_wal) = new_log(&options, &fs, &dir, pm.as_deref(), log_number)?;
         let mut edit = replay.edit;
         edit.log_number = Some(log_number);
         if let Some(w) = pm_wal {
@@ -943,7 +944,7 @@ impl Inner {
             // Switch: the old WAL is synced so recovery always sees a prefix
             // of the acknowledged writes.
             let n = self.versions.new_file_number();
-            let (log, pm_wal) = new_log(&self.opts, &self.fs, &self.dir, self.pm.as_ref(), n)?;
+            let (log, pm_wal) = new_log(&self.opts, &self.fs, &self.dir, self.pm.as_deref(), n)?;
             if let Some(w) = pm_wal {
                 let edit = VersionEdit {
                     new_pm_wals: vec![w],

@@ -20,7 +20,7 @@ use crate::wal::{self, ExtentSource, PmLog, PmSink, PmSource};
 pub const REGION_FILE_NAME: &str = "pm.region";
 
 /// The PM tier.
-pub(crate) struct PmTier {
+pub struct PmTier {
     region: Arc<dyn PmRegion>,
     alloc: Arc<PageAllocator>,
     source: Arc<dyn ExtentSource>,
@@ -88,6 +88,16 @@ impl PmTier {
             alloc,
             extent_len_bytes: wal::pm::extent_len_for_blocks(blocks),
         })
+    }
+
+    /// The region.
+    pub fn region(&self) -> &Arc<dyn PmRegion> {
+        &self.region
+    }
+
+    /// The page allocator (designs allocate their PM tables from it).
+    pub fn allocator(&self) -> &Arc<PageAllocator> {
+        &self.alloc
     }
 
     /// Creates PM WAL `n`; returns its writer and first extent offset.

@@ -15,12 +15,13 @@ pub mod classic;
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use crate::db::pm::PmTier;
 use crate::error::Result;
 use crate::memtable::MemTable;
 use crate::options::{Options, Preset};
 use crate::stats::StallCause;
 use crate::version::edit::VersionEdit;
-use crate::version::{TableHandle, Version};
+use crate::version::{TableContext, TableHandle, Version};
 
 pub use crate::compaction::JobEnv;
 
@@ -122,13 +123,22 @@ pub trait Design: Send + Sync {
     /// immutable memtables waiting to be flushed.
     fn write_control(&self, v: &Version, immutable_count: usize) -> WriteControl;
 
+    /// Called once at open, before recovery reads any table: a PM design
+    /// registers how its PM tables are opened
+    /// (`ctx.pm_opener`). The default does nothing.
+    fn install(&self, ctx: &Arc<TableContext>) {
+        let _ = ctx;
+    }
+
     /// A number that grows while the LSM falls behind (RocksDB adjusts the
     /// delayed write rate on it): L0 files plus pending compaction bytes in MB.
     fn debt(&self, v: &Version) -> u64;
 }
 
-/// Builds the design named by `opts.design`, or refuses it at open.
-pub fn build(opts: &Options) -> Result<Arc<dyn Design>> {
+/// Builds the design named by `opts.design`, or refuses it at open. PM
+/// designs get the PM tier (region and page allocator) here.
+pub fn build(opts: &Options, pm: Option<Arc<PmTier>>) -> Result<Arc<dyn Design>> {
+    let _ = &pm;
     match opts.design {
         Preset::Classic => Ok(Arc::new(classic::Classic::new(opts))),
         other => Err(crate::Error::InvalidOptions(format!(
