@@ -150,6 +150,17 @@ pub struct Options {
     /// Verify block checksums on every read (always on for metadata).
     pub verify_checksums: bool,
 
+    /// PM container designs (`triangle`, `matrix`): search the rows of the
+    /// container with cross-row hints (forward pointers). Off = binary
+    /// search every row (to measure what the hints give).
+    pub pm_hints: bool,
+    /// PM container designs: threads that gather a compaction's victims
+    /// from the rows (0 = min(8, `background_threads`)).
+    pub pm_collector_threads: usize,
+    /// PM container designs: container bytes at which L0→L1 compaction
+    /// starts (0 = 60% of the PM tier, the paper's setting).
+    pub pm_container_limit_bytes: u64,
+
     /// The file system of the SSD tier (posix by default; tests pass a
     /// crashable or error-injecting one).
     pub fs: Arc<dyn FileSystem>,
@@ -187,6 +198,9 @@ impl Default for Options {
             bloom_bits_per_key: 10,
             use_direct_io_for_flush_and_compaction: false,
             verify_checksums: true,
+            pm_hints: true,
+            pm_collector_threads: 0,
+            pm_container_limit_bytes: 0,
             fs: Arc::new(PosixFs::new()),
             pm_region: None,
         }
@@ -212,6 +226,9 @@ impl fmt::Debug for Options {
             .field("l0_stop_trigger", &self.l0_stop_trigger)
             .field("background_threads", &self.background_threads)
             .field("block_cache_bytes", &self.block_cache_bytes)
+            .field("pm_hints", &self.pm_hints)
+            .field("pm_collector_threads", &self.pm_collector_threads)
+            .field("pm_container_limit_bytes", &self.pm_container_limit_bytes)
             .field(
                 "pm_region",
                 &self.pm_region.as_ref().map(|r| r.name().to_string()),
@@ -317,6 +334,12 @@ impl Options {
             return bad(format!(
                 "`block_size_bytes` = {} must be between 256 B and 4 MiB",
                 self.block_size_bytes
+            ));
+        }
+        if self.pm_collector_threads > 64 {
+            return bad(format!(
+                "`pm_collector_threads` = {} must be at most 64",
+                self.pm_collector_threads
             ));
         }
         if self.bloom_bits_per_key > 64 {

@@ -56,6 +56,15 @@ struct Harness {
     crashes: usize,
 }
 
+/// The PM region: a PM tier for the PM designs, or just the WAL.
+fn pm_size(design: Preset) -> usize {
+    if design.needs_pm() {
+        24 << 20
+    } else {
+        8 << 20
+    }
+}
+
 fn key(i: u32) -> Vec<u8> {
     format!("key{i:05}").into_bytes()
 }
@@ -88,8 +97,8 @@ impl Harness {
         let power = Power::new();
         let fs = MemFs::new();
         fs.set_power(power.clone());
-        let sim = setup.pm_wal.then(|| {
-            let r = Arc::new(SimRegion::new(8 << 20));
+        let sim = (setup.pm_wal || setup.design.needs_pm()).then(|| {
+            let r = Arc::new(SimRegion::new(pm_size(setup.design)));
             r.set_power(power.clone());
             r
         });
@@ -129,8 +138,18 @@ impl Harness {
         };
         if let Some(sim) = &self.sim {
             o.pm_region = Some(Arc::clone(sim) as Arc<dyn tierkv::storage::PmRegion>);
-            o.pm_size_bytes = 8 << 20;
-            o.wal = Some(WalPlacement::Pm);
+            o.pm_size_bytes = pm_size(self.setup.design) as u64;
+            o.wal = Some(if self.setup.pm_wal {
+                WalPlacement::Pm
+            } else {
+                WalPlacement::Ssd
+            });
+        }
+        if self.setup.design.needs_pm() {
+            // The flattened tree (L1 = the PM tier), and a container limit
+            // small enough that these few MB cycle through it many times.
+            o.l1_size_bytes = 1 << 20;
+            o.pm_container_limit_bytes = 24 << 10;
         }
         o
     }
@@ -305,6 +324,33 @@ impl Harness {
             apply(&mut m, &self.history[n]);
             n += 1;
         }
+        // `TIERKV_MODEL_DIFF=1` prints how the database differs from the
+        // model after every committed batch.
+        if got != m && std::env::var_os("TIERKV_MODEL_DIFF").is_some() {
+            let mut full = Model::new();
+            for ops in &self.history {
+                apply(&mut full, ops);
+            }
+            for (k, v) in &full {
+                match got.get(k) {
+                    None => eprintln!("missing {:?}", String::from_utf8_lossy(k)),
+                    Some(g) if g != v => eprintln!(
+                        "differs {:?}: {} vs {} bytes; got {:?} want {:?}",
+                        String::from_utf8_lossy(k),
+                        g.len(),
+                        v.len(),
+                        &g[..8.min(g.len())],
+                        &v[..8.min(v.len())]
+                    ),
+                    _ => {}
+                }
+            }
+            for k in got.keys() {
+                if !full.contains_key(k) {
+                    eprintln!("extra {:?}", String::from_utf8_lossy(k));
+                }
+            }
+        }
         assert!(
             got == m,
             "after crash: no prefix of the {} committed batches (>= {} durable) matches the database ({} keys)",
@@ -427,3 +473,5 @@ macro_rules! model_test {
 
 model_test!(classic_ssd_wal, Preset::Classic, pm_wal: false, seeds: &[1, 2, 3, 4, 5, 6]);
 model_test!(classic_pm_wal, Preset::Classic, pm_wal: true, seeds: &[11, 12, 13, 14]);
+model_test!(triangle_pm_wal, Preset::Triangle, pm_wal: true, seeds: &[21, 22, 23, 24]);
+model_test!(matrix_pm_wal, Preset::Matrix, pm_wal: true, seeds: &[31, 32, 33, 34]);

@@ -29,7 +29,6 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
 use tierkv::design::classic::Classic;
 use tierkv::design::{Design, Task, TaskKind};
 use tierkv::key::{make_internal_key, Kind};
@@ -77,15 +76,13 @@ impl Script {
             busy: HashSet::new(),
             last: None,
             next_id: 1,
-            ctx: Arc::new(TableContext {
-                fs: Arc::new(MemFs::new()),
-                dir: PathBuf::from("/golden"),
-                cache: None,
-                counters: TableCounters::default(),
-                verify_checksums: true,
-                pm_opener: Default::default(),
-                obsolete: Mutex::new(Vec::new()),
-            }),
+            ctx: Arc::new(TableContext::new(
+                Arc::new(MemFs::new()),
+                PathBuf::from("/golden"),
+                None,
+                TableCounters::default(),
+                true,
+            )),
         }
     }
 

@@ -230,15 +230,13 @@ impl Db {
         let counters = TableCounters::from_recorder(Arc::clone(&stats));
         let cache = (options.block_cache_bytes > 0)
             .then(|| Arc::new(BlockCache::new(options.block_cache_bytes)));
-        let ctx = Arc::new(TableContext {
-            fs: Arc::clone(&fs),
-            dir: dir.clone(),
+        let ctx = Arc::new(TableContext::new(
+            Arc::clone(&fs),
+            dir.clone(),
             cache,
             counters,
-            verify_checksums: options.verify_checksums,
-            pm_opener: Default::default(),
-            obsolete: Mutex::new(Vec::new()),
-        });
+            options.verify_checksums,
+        ));
         let pm = if options.has_pm() {
             Some(Arc::new(PmTier::open(&options)?))
         } else {
@@ -264,6 +262,14 @@ impl Db {
             )?;
             (vs, Recovered::default())
         };
+        // PM runs that manifest replay saw released were freed before the
+        // crash (or leaked, and `reconcile` below reclaims them); freeing
+        // them again could free pages a later table reuses.
+        versions
+            .ctx()
+            .obsolete
+            .lock()
+            .retain(|m| m.tier != Tier::Pm);
 
         // Replay the WALs the manifest does not cover.
         let replay = Replay::run(
@@ -513,6 +519,12 @@ impl Drop for Db {
     }
 }
 
+/// The tier a flush wrote to: that of its first new table (a PM design may
+/// send a memtable straight to SSD), else `default`.
+fn flush_tier_of(edit: &VersionEdit, default: Tier) -> Tier {
+    edit.new_tables.first().map_or(default, |(_, m)| m.tier)
+}
+
 /// Refuses a directory that has files but no CURRENT.
 fn check_not_foreign(fs: &dyn FileSystem, dir: &Path) -> Result<()> {
     let names = fs.list(dir)?;
@@ -609,7 +621,7 @@ impl Replay {
             let start = Instant::now();
             let e = design.flush(&env, mem)?;
             let bytes = e.new_tables.iter().map(|(_, m)| m.size_bytes).sum();
-            stats.record_flush(start, bytes, Tier::Ssd);
+            stats.record_flush(start, bytes, flush_tier_of(&e, Tier::Ssd));
             edit.new_tables.extend(e.new_tables);
             Ok(())
         };
@@ -1041,6 +1053,14 @@ impl Inner {
                 self.next_work(&mut st, role)
             };
             let Some(work) = work else {
+                // Storage released by readers dropping old versions goes
+                // back while idle too (a flush may be waiting for PM pages).
+                if !self.versions.ctx().obsolete.lock().is_empty() {
+                    drop(st);
+                    self.release_obsolete();
+                    st = self.state.lock();
+                    continue;
+                }
                 self.bg_cv.wait_for(&mut st, Duration::from_millis(200));
                 continue;
             };
@@ -1124,9 +1144,9 @@ impl Inner {
         if let Some(w) = pm_log {
             edit.deleted_pm_wals.push(w.log_number);
         }
+        let tier = flush_tier_of(&edit, self.flush_tier());
         self.versions
             .log_and_apply(edit, self.last_seq.load(Ordering::Acquire))?;
-        let tier = self.flush_tier();
         self.stats.record_flush(start, out, tier);
         // The WAL is obsolete only now that the edit is durable.
         match pm_log {
@@ -1166,7 +1186,7 @@ impl Inner {
                 start: self.stats.since_open(start),
                 duration: start.elapsed(),
                 kind: task.kind.name().to_string(),
-                input_bytes: task.input_bytes(),
+                input_bytes: self.design.task_input_bytes(task),
                 output_level: task.output_level,
                 output_bytes,
             },

@@ -95,6 +95,11 @@ impl PmTier {
         &self.region
     }
 
+    /// Bytes of one PM WAL extent (a WAL grows by this much at a time).
+    pub fn wal_extent_len_bytes(&self) -> u64 {
+        self.extent_len_bytes
+    }
+
     /// The page allocator (designs allocate their PM tables from it).
     pub fn allocator(&self) -> &Arc<PageAllocator> {
         &self.alloc

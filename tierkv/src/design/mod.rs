@@ -11,6 +11,8 @@
 //!   stop, given the version and the memtable backlog.
 
 pub mod classic;
+pub mod matrix;
+pub mod triangle;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -36,6 +38,11 @@ pub enum TaskKind {
     TrivialMove,
     /// A compaction asked for by `compact_range`.
     Manual,
+    /// TriangleKV: one right-angle side of the PM container (a key range of
+    /// every row) merged into L1.
+    RightAngle,
+    /// MatrixKV: one column of the PM container's compactor merged into L1.
+    Column,
 }
 
 impl TaskKind {
@@ -46,6 +53,8 @@ impl TaskKind {
             TaskKind::Leveled => "leveled",
             TaskKind::TrivialMove => "trivial-move",
             TaskKind::Manual => "manual",
+            TaskKind::RightAngle => "right-angle",
+            TaskKind::Column => "column",
         }
     }
 }
@@ -133,16 +142,32 @@ pub trait Design: Send + Sync {
     /// A number that grows while the LSM falls behind (RocksDB adjusts the
     /// delayed write rate on it): L0 files plus pending compaction bytes in MB.
     fn debt(&self, v: &Version) -> u64;
+
+    /// Input bytes per level of a task, for stats. The default sums the
+    /// input tables; a design whose tasks take only part of a table (a key
+    /// range of PM rows) reports what it really reads.
+    fn task_input_bytes(&self, task: &Task) -> Vec<(usize, u64)> {
+        task.input_bytes()
+    }
 }
 
 /// Builds the design named by `opts.design`, or refuses it at open. PM
 /// designs get the PM tier (region and page allocator) here.
 pub fn build(opts: &Options, pm: Option<Arc<PmTier>>) -> Result<Arc<dyn Design>> {
-    let _ = &pm;
+    let need_pm = |pm: Option<Arc<PmTier>>| {
+        pm.ok_or_else(|| {
+            crate::Error::InvalidOptions(format!(
+                "design `{}` keeps L0 in persistent memory and needs a PM tier: set `pm_dir` and `pm_size_bytes`",
+                opts.design
+            ))
+        })
+    };
     match opts.design {
         Preset::Classic => Ok(Arc::new(classic::Classic::new(opts))),
+        Preset::Triangle => Ok(Arc::new(triangle::Triangle::new(opts, need_pm(pm)?)?)),
+        Preset::Matrix => Ok(Arc::new(matrix::Matrix::new(opts, need_pm(pm)?)?)),
         other => Err(crate::Error::InvalidOptions(format!(
-            "design `{other}` is not available in this build of tierkv (available: classic)"
+            "design `{other}` is not available in this build of tierkv (available: classic, matrix, triangle)"
         ))),
     }
 }

@@ -11,12 +11,21 @@
 //! 2. Tables of L1 and below are ordered by smallest key and do not overlap.
 //! 3. A table's file or PM pages are released only when it has been removed
 //!    by an edit *and* the last `Arc<TableHandle>` (held by versions,
-//!    iterators or jobs) is gone.
+//!    iterators or jobs) is gone. A PM page run may be listed by several
+//!    tables (successive metas of one PM structure that give up pages as
+//!    they are consumed, e.g. a RowTable whose compacted extents are freed):
+//!    it is released when the last live handle listing it goes, and only
+//!    if that handle was removed by an edit.
+//! 4. A design may serve a whole level through one reader
+//!    ([`TableContext::level_view`], e.g. a PM container searched with
+//!    cross-row hints); it is built for every version by [`Version::apply`]
+//!    and then answers gets and iteration of that level.
 
 pub mod edit;
 pub mod set;
 
 use std::cmp::Ordering;
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::sync::{Arc, OnceLock};
@@ -29,10 +38,16 @@ use crate::key::{self, compare_internal, SeqNo};
 use crate::sst::{BlockCache, ReadConfig, Table, TableCounters};
 use crate::stats::{LevelShape, Tier};
 use crate::storage::FileSystem;
-use edit::{TableFormat, TableMeta, VersionEdit};
+use edit::{PageRun, TableFormat, TableMeta, VersionEdit};
 
 /// Opens a PM table of a design-specific format.
 pub type PmTableOpener = dyn Fn(&TableMeta) -> Result<Arc<dyn TableReader>> + Send + Sync;
+
+/// Builds a design's reader for one whole level of a version (e.g. a PM
+/// container searched with cross-row hints); `None` reads the level table
+/// by table. Called by [`Version::apply`] for every level of every new
+/// version, so it must be cheap (defer real work to the first read).
+pub type LevelViewBuilder = dyn Fn(&Version, usize) -> Option<Arc<dyn TableReader>> + Send + Sync;
 
 /// What a table needs to open its reader and to release its storage.
 pub struct TableContext {
@@ -48,12 +63,38 @@ pub struct TableContext {
     pub verify_checksums: bool,
     /// Opens PM tables (set by PM designs).
     pub pm_opener: OnceLock<Box<PmTableOpener>>,
+    /// Serves whole levels (set by designs that read a level as one unit).
+    pub level_view: OnceLock<Box<LevelViewBuilder>>,
+    /// Live handles listing each PM page run (invariant 3).
+    pub pm_run_refs: Mutex<HashMap<PageRun, u32>>,
     /// Tables whose storage must be released (processed by the background
-    /// thread, never by a reader).
+    /// thread, never by a reader). For PM tables, `pm_pages` holds only the
+    /// runs to free.
     pub obsolete: Mutex<Vec<TableMeta>>,
 }
 
 impl TableContext {
+    /// A context with no design hooks installed.
+    pub fn new(
+        fs: Arc<dyn FileSystem>,
+        dir: PathBuf,
+        cache: Option<Arc<BlockCache>>,
+        counters: TableCounters,
+        verify_checksums: bool,
+    ) -> TableContext {
+        TableContext {
+            fs,
+            dir,
+            cache,
+            counters,
+            verify_checksums,
+            pm_opener: OnceLock::new(),
+            level_view: OnceLock::new(),
+            pm_run_refs: Mutex::new(HashMap::new()),
+            obsolete: Mutex::new(Vec::new()),
+        }
+    }
+
     /// Path of an SST file.
     pub fn sst_path(&self, id: u64) -> PathBuf {
         self.dir.join(crate::sst::sst_file_name(id))
@@ -72,6 +113,12 @@ pub struct TableHandle {
 impl TableHandle {
     /// A handle for a table described by `meta`.
     pub fn new(meta: TableMeta, ctx: Arc<TableContext>) -> Arc<TableHandle> {
+        if !meta.pm_pages.is_empty() {
+            let mut refs = ctx.pm_run_refs.lock();
+            for run in &meta.pm_pages {
+                *refs.entry(*run).or_insert(0) += 1;
+            }
+        }
         Arc::new(TableHandle {
             meta,
             reader: OnceLock::new(),
@@ -142,8 +189,31 @@ impl TableHandle {
 
 impl Drop for TableHandle {
     fn drop(&mut self) {
-        if self.obsolete.load(AtomicOrdering::Acquire) {
-            self.ctx.obsolete.lock().push(self.meta.clone());
+        let obsolete = self.obsolete.load(AtomicOrdering::Acquire);
+        if self.meta.pm_pages.is_empty() {
+            if obsolete {
+                self.ctx.obsolete.lock().push(self.meta.clone());
+            }
+            return;
+        }
+        // Invariant 3: a run goes when no live handle lists it any more.
+        let mut last: Vec<PageRun> = Vec::new();
+        {
+            let mut refs = self.ctx.pm_run_refs.lock();
+            for run in &self.meta.pm_pages {
+                match refs.get_mut(run) {
+                    Some(n) if *n > 1 => *n -= 1,
+                    _ => {
+                        refs.remove(run);
+                        last.push(*run);
+                    }
+                }
+            }
+        }
+        if obsolete && !last.is_empty() {
+            let mut m = self.meta.clone();
+            m.pm_pages = last;
+            self.ctx.obsolete.lock().push(m);
         }
     }
 }
@@ -169,6 +239,8 @@ pub struct Version {
     pub compact_cursors: Vec<Vec<u8>>,
     /// Design-specific state recorded in the manifest, by tag.
     pub design_state: std::collections::BTreeMap<u32, Vec<u8>>,
+    /// Per level, a design's reader for the whole level (invariant 4).
+    pub level_views: Vec<Option<Arc<dyn TableReader>>>,
 }
 
 impl Version {
@@ -178,6 +250,7 @@ impl Version {
             levels: vec![Vec::new(); level_count],
             compact_cursors: vec![Vec::new(); level_count],
             design_state: Default::default(),
+            level_views: vec![None; level_count],
         }
     }
 
@@ -252,7 +325,11 @@ impl Version {
     /// The newest entry for `user_key` visible at `seq` in the tables.
     pub fn get(&self, user_key: &[u8], seq: SeqNo) -> Result<Option<Found>> {
         for (level, tables) in self.levels.iter().enumerate() {
-            if level == 0 {
+            if let Some(Some(view)) = self.level_views.get(level) {
+                if let Some(f) = view.get(user_key, seq)? {
+                    return Ok(Some(f));
+                }
+            } else if level == 0 {
                 // Newest first; seqno ranges are disjoint, so the first hit wins.
                 for t in tables {
                     if t.meta.seq_min > seq || !t.overlaps(Some(user_key), Some(user_key)) {
@@ -279,7 +356,9 @@ impl Version {
     /// Adds one iterator per L0 table and one per deeper level to `out`.
     pub fn add_iterators(&self, out: &mut Vec<Box<dyn InternalIterator>>, fill_cache: bool) {
         for (level, tables) in self.levels.iter().enumerate() {
-            if level == 0 {
+            if let Some(Some(view)) = self.level_views.get(level) {
+                out.push(Arc::clone(view).iter(fill_cache));
+            } else if level == 0 {
                 for t in tables {
                     out.push(table_iter(t, fill_cache));
                 }
@@ -332,6 +411,10 @@ impl Version {
         }
         v.sort_levels();
         v.check_invariants()?;
+        v.level_views = match ctx.level_view.get() {
+            Some(build) => (0..v.levels.len()).map(|l| build(&v, l)).collect(),
+            None => vec![None; v.levels.len()],
+        };
         Ok(v)
     }
 

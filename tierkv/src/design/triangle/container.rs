@@ -1,0 +1,1488 @@
+//! The PM container shared by `triangle` and `matrix`: rows (RowTables) in
+//! L0, the key ranges compaction has consumed from them, the flush into
+//! the container (or past it, the sequential bypass), the write
+//! controller, and the *side* job both designs run — merge one key range
+//! of some rows with the overlapped L1 tables (a right-angle side for
+//! TriangleKV, a column for MatrixKV).
+//!
+//! # Rows and their consumed ranges
+//!
+//! Every L0 table is a row: a [`TableMeta`] with tier PM, format RowTable,
+//! its page runs (metadata run first, then the data extents still owned).
+//! A row is identified by its largest seqno (`seq_max`, unique). A side
+//! compaction of `[lo, hi)` takes the rows with `seq_max <= through` — a
+//! prefix in age, since it takes every row older than the newest it
+//! takes — so what is consumed is a step function of the user key:
+//! `consumed_through(k)` = the largest `through` of a side that covered
+//! `k`, and entry `k` of row `r` is consumed iff `r.seq_max <=
+//! consumed_through(k)`. Older rows are always consumed at least as much
+//! as newer ones, so a search of the container stops at the first row
+//! consumed at its key (everything older is in L1 already).
+//!
+//! [`ContainerState`] — that step function, the rotation cursor, and
+//! MatrixKV's compactor boundary and per-row first-key indexes — is the
+//! MANIFEST state of the container, written whole by every side edit as
+//! the design record [`CONTAINER_TAG`].
+//!
+//! ```text
+//! design record CONTAINER_TAG:
+//!  u8 version = 1
+//!  u8 flags (bit 0: cursor present)   [varint len, cursor user key]
+//!  varint step count s >= 1
+//!  s × (varint len, start user key, varint through_seq)   starts increase,
+//!        the first start is the empty key, adjacent throughs differ
+//!  varint compactor_seq
+//!  varint f, f × (varint row seq_max, varint first_key_index)
+//! ```
+//!
+//! Worked example: after a right-angle side `[b, d)` taking rows up to
+//! seqno 300, the cursor at `d`: `01 01 01 64 | 03 00 00 01 62 ac 02 01 64
+//! 00 | 00 | 00` (steps `["": 0, "b": 300, "d": 0]`).
+//!
+//! # Page release
+//!
+//! A side edit replaces a row whose extents became fully consumed by a new
+//! meta (new table id, same row) listing fewer runs, and deletes a row that
+//! is consumed entirely. The engine frees a run when the last live handle
+//! listing it goes (version/mod.rs invariant 3): after the edit is durable
+//! and no version still reading the old row is alive (lazy deletion).
+//!
+//! # Concurrency
+//!
+//! Flushes are serial (the engine's contract); a side task lists every row
+//! it takes and the L1 tables it rewrites as inputs, so the engine's busy
+//! set keeps two sides, or a side and an L1→L2 compaction of the same
+//! table, apart. Side jobs never write PM; they read rows that their task
+//! pins. [`Container`] methods take `&self`; the row cache and the flush
+//! bookkeeping are behind mutexes.
+//!
+//! # Invariants
+//!
+//! 1. Rows are exactly the L0 tables; their seqno ranges are disjoint.
+//! 2. `consumed_through` is non-increasing in row age: for rows `a` older
+//!    than `b`, every key consumed in `b` is consumed in `a`.
+//! 3. A row's data extent is listed in its meta until every entry in it is
+//!    consumed; its metadata run until the whole row is.
+//! 4. An L1 table written by a side never spans an L1 table that is not
+//!    one of the side's inputs, and a sequential-bypass table overlaps no
+//!    row and no L1 table (so the two never overlap either: a side's
+//!    outputs lie within its input tables and the span of the rows).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::coding::{put_length_prefixed, put_varint, Reader};
+use crate::compaction::{merge_to_ssts, JobEnv, OutputSpec};
+use crate::db::pm::PmTier;
+use crate::design::classic::Classic;
+use crate::design::{Task, TaskKind, WriteControl};
+use crate::error::{Error, Result};
+use crate::iter::{InternalIterator, MergingIterator};
+use crate::key::{self, SeqNo};
+use crate::memtable::MemTable;
+use crate::options::Options;
+use crate::stats::{StallCause, Tier};
+use crate::storage::alloc::PAGE_SIZE_BYTES;
+use crate::storage::PmRegion;
+use crate::version::edit::{PageRun, TableFormat, TableMeta, VersionEdit};
+use crate::version::{LevelIterator, TableContext, TableHandle, Version};
+
+use super::hint::ContainerView;
+use super::rowtable::{self, BuildParams, Expect, PageSource, RowTable};
+
+/// Design-record tag of the container state.
+pub const CONTAINER_TAG: u32 = 0x434e_5452;
+
+const PAGE: u64 = PAGE_SIZE_BYTES;
+
+/// How long a flush waits for PM pages before it fails.
+const PM_WAIT_LIMIT: Duration = Duration::from_secs(120);
+
+// ------------------------------------------------------------------ state
+
+/// One step of the consumed-range function: from `start` (inclusive) to the
+/// next step's start, rows with `seq_max <= through` are consumed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    /// First user key of the step.
+    pub start: Vec<u8>,
+    /// Rows with `seq_max <= through` are consumed here (0: none).
+    pub through: SeqNo,
+}
+
+/// The container's MANIFEST state (module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerState {
+    /// Where the next side starts (`None`: at the start of the key space).
+    pub cursor: Option<Vec<u8>>,
+    /// The consumed-range step function.
+    pub steps: Vec<Step>,
+    /// MatrixKV: rows with `seq_max <=` this form the compactor (0: none).
+    pub compactor_seq: SeqNo,
+    /// MatrixKV: `(row seq_max, index of its first unconsumed entry)` for
+    /// every compactor row.
+    pub first_key_index: Vec<(SeqNo, u64)>,
+}
+
+impl Default for ContainerState {
+    fn default() -> Self {
+        ContainerState {
+            cursor: None,
+            steps: vec![Step {
+                start: Vec::new(),
+                through: 0,
+            }],
+            compactor_seq: 0,
+            first_key_index: Vec::new(),
+        }
+    }
+}
+
+fn bad_state(what: impl Into<String>) -> Error {
+    Error::corruption(
+        "MANIFEST",
+        0,
+        format!("PM container state: {}", what.into()),
+    )
+}
+
+impl ContainerState {
+    /// The state recorded in a version (the default if none).
+    pub fn of(v: &Version) -> Result<ContainerState> {
+        match v.design_state.get(&CONTAINER_TAG) {
+            Some(b) => ContainerState::decode(b),
+            None => Ok(ContainerState::default()),
+        }
+    }
+
+    /// Encodes the state as its design record.
+    pub fn encode(&self) -> Vec<u8> {
+        debug_assert!(self.is_well_formed());
+        let mut b = vec![1u8];
+        match &self.cursor {
+            Some(c) => {
+                b.push(1);
+                put_length_prefixed(&mut b, c);
+            }
+            None => b.push(0),
+        }
+        put_varint(&mut b, self.steps.len() as u64);
+        for s in &self.steps {
+            put_length_prefixed(&mut b, &s.start);
+            put_varint(&mut b, s.through);
+        }
+        put_varint(&mut b, self.compactor_seq);
+        put_varint(&mut b, self.first_key_index.len() as u64);
+        for (s, i) in &self.first_key_index {
+            put_varint(&mut b, *s);
+            put_varint(&mut b, *i);
+        }
+        b
+    }
+
+    /// Decodes a design record; malformed input is corruption.
+    pub fn decode(b: &[u8]) -> Result<ContainerState> {
+        let mut r = Reader::new(b);
+        let short = || bad_state("truncated record");
+        if r.u8().ok_or_else(short)? != 1 {
+            return Err(bad_state("unknown version"));
+        }
+        let cursor = match r.u8().ok_or_else(short)? {
+            0 => None,
+            1 => Some(r.length_prefixed().ok_or_else(short)?.to_vec()),
+            _ => return Err(bad_state("bad flags")),
+        };
+        let n = r.varint().ok_or_else(short)?;
+        if n == 0 || n > b.len() as u64 {
+            return Err(bad_state("bad step count"));
+        }
+        let mut steps = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            let start = r.length_prefixed().ok_or_else(short)?.to_vec();
+            let through = r.varint().ok_or_else(short)?;
+            steps.push(Step { start, through });
+        }
+        let compactor_seq = r.varint().ok_or_else(short)?;
+        let f = r.varint().ok_or_else(short)?;
+        if f > b.len() as u64 {
+            return Err(bad_state("bad first-key-index count"));
+        }
+        let mut first_key_index = Vec::with_capacity(f as usize);
+        for _ in 0..f {
+            first_key_index.push((r.varint().ok_or_else(short)?, r.varint().ok_or_else(short)?));
+        }
+        if !r.is_empty() {
+            return Err(bad_state("trailing bytes"));
+        }
+        let s = ContainerState {
+            cursor,
+            steps,
+            compactor_seq,
+            first_key_index,
+        };
+        if !s.is_well_formed() {
+            return Err(bad_state("steps out of order"));
+        }
+        Ok(s)
+    }
+
+    fn is_well_formed(&self) -> bool {
+        self.steps.first().is_some_and(|s| s.start.is_empty())
+            && self
+                .steps
+                .windows(2)
+                .all(|w| w[0].start < w[1].start && w[0].through != w[1].through)
+    }
+
+    /// Rows with `seq_max <=` this have consumed `user_key`.
+    #[inline]
+    pub fn consumed_through(&self, user_key: &[u8]) -> SeqNo {
+        let i = self
+            .steps
+            .partition_point(|s| s.start.as_slice() <= user_key);
+        self.steps[i.saturating_sub(1)].through
+    }
+
+    /// Marks `[lo, hi)` consumed for rows with `seq_max <= through`.
+    pub fn consume(&mut self, lo: &[u8], hi: Option<&[u8]>, through: SeqNo) {
+        if hi.is_some_and(|h| h <= lo) {
+            return;
+        }
+        self.split_at(lo);
+        if let Some(h) = hi {
+            self.split_at(h);
+        }
+        for s in &mut self.steps {
+            if s.start.as_slice() >= lo && hi.is_none_or(|h| s.start.as_slice() < h) {
+                s.through = s.through.max(through);
+            }
+        }
+        self.merge();
+    }
+
+    /// Forgets consumption that no live row can see: thresholds below
+    /// `oldest` (the smallest `seq_max` of a live row; `None`: no rows).
+    pub fn prune(&mut self, oldest: Option<SeqNo>) {
+        for s in &mut self.steps {
+            if oldest.is_none_or(|o| s.through < o) {
+                s.through = 0;
+            }
+        }
+        self.merge();
+        match oldest {
+            Some(o) => {
+                self.first_key_index.retain(|(s, _)| *s >= o);
+            }
+            None => self.first_key_index.clear(),
+        }
+    }
+
+    fn split_at(&mut self, k: &[u8]) {
+        let i = self.steps.partition_point(|s| s.start.as_slice() <= k);
+        if self.steps[i - 1].start.as_slice() != k {
+            let through = self.steps[i - 1].through;
+            self.steps.insert(
+                i,
+                Step {
+                    start: k.to_vec(),
+                    through,
+                },
+            );
+        }
+    }
+
+    fn merge(&mut self) {
+        self.steps.dedup_by(|b, a| a.through == b.through);
+    }
+
+    /// The user-key ranges consumed in a row with `seq_max`, in order.
+    pub fn consumed_ranges(&self, seq_max: SeqNo) -> Vec<(&[u8], Option<&[u8]>)> {
+        let mut out: Vec<(&[u8], Option<&[u8]>)> = Vec::new();
+        for (i, s) in self.steps.iter().enumerate() {
+            if s.through >= seq_max && s.through > 0 {
+                let end = self.steps.get(i + 1).map(|n| n.start.as_slice());
+                match out.last_mut() {
+                    Some(last) if last.1 == Some(s.start.as_slice()) => last.1 = end,
+                    _ => out.push((s.start.as_slice(), end)),
+                }
+            }
+        }
+        out
+    }
+
+    /// The consumed entries of `row` as sorted index intervals that neither
+    /// overlap nor touch (so one step skips a whole consumed stretch).
+    pub fn consumed_intervals(&self, row: &RowTable) -> Vec<(usize, usize)> {
+        let mut out: Vec<(usize, usize)> = Vec::new();
+        for (lo, hi) in self.consumed_ranges(row.seq_max()) {
+            let a = row.lower_bound_user(lo);
+            let b = hi.map_or(row.len(), |h| row.lower_bound_user(h));
+            if a < b {
+                // Ranges apart in key space may touch in the row: merge.
+                match out.last_mut() {
+                    Some(last) if last.1 >= a => last.1 = last.1.max(b),
+                    _ => out.push((a, b)),
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Entries of `[a, b)` not inside the sorted intervals.
+pub fn live_count(intervals: &[(usize, usize)], a: usize, b: usize) -> usize {
+    let mut n = b.saturating_sub(a);
+    for &(x, y) in intervals {
+        let (lo, hi) = (x.max(a), y.min(b));
+        if lo < hi {
+            n -= hi - lo;
+        }
+    }
+    n
+}
+
+/// True if every index of `[a, b)` is inside the intervals.
+pub fn covered(intervals: &[(usize, usize)], a: usize, b: usize) -> bool {
+    live_count(intervals, a, b) == 0
+}
+
+// ------------------------------------------------------------ side plans
+
+/// What a side task consumes: carried in the task (`Task::cursor` at level
+/// 0, encoded) from the pure picker to the job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SidePlan {
+    /// First user key of the side.
+    pub lo: Vec<u8>,
+    /// End of the side (exclusive; `None`: the end of the key space).
+    pub hi: Option<Vec<u8>>,
+    /// Rows with `seq_max <=` this are taken.
+    pub through: SeqNo,
+    /// The cursor after this side.
+    pub next_cursor: Option<Vec<u8>>,
+    /// The compactor boundary after this side (MatrixKV; 0 for TriangleKV).
+    pub compactor_seq: SeqNo,
+    /// Estimated bytes of L0 entries the side takes.
+    pub victim_bytes: u64,
+}
+
+impl SidePlan {
+    /// Encodes the plan.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::new();
+        put_length_prefixed(&mut b, &self.lo);
+        let opt = |b: &mut Vec<u8>, o: &Option<Vec<u8>>| match o {
+            Some(k) => {
+                b.push(1);
+                put_length_prefixed(b, k);
+            }
+            None => b.push(0),
+        };
+        opt(&mut b, &self.hi);
+        put_varint(&mut b, self.through);
+        opt(&mut b, &self.next_cursor);
+        put_varint(&mut b, self.compactor_seq);
+        put_varint(&mut b, self.victim_bytes);
+        b
+    }
+
+    /// Decodes a plan.
+    pub fn decode(b: &[u8]) -> Option<SidePlan> {
+        let mut r = Reader::new(b);
+        let lo = r.length_prefixed()?.to_vec();
+        let opt = |r: &mut Reader| -> Option<Option<Vec<u8>>> {
+            match r.u8()? {
+                0 => Some(None),
+                1 => Some(Some(r.length_prefixed()?.to_vec())),
+                _ => None,
+            }
+        };
+        let hi = opt(&mut r)?;
+        let through = r.varint()?;
+        let next_cursor = opt(&mut r)?;
+        Some(SidePlan {
+            lo,
+            hi,
+            through,
+            next_cursor,
+            compactor_seq: r.varint()?,
+            victim_bytes: r.varint()?,
+        })
+    }
+
+    /// The plan of a side task.
+    pub fn of(task: &Task) -> Option<SidePlan> {
+        match &task.cursor {
+            Some((0, b)) if matches!(task.kind, TaskKind::RightAngle | TaskKind::Column) => {
+                SidePlan::decode(b)
+            }
+            _ => None,
+        }
+    }
+
+    /// True if `user_key` is inside the side.
+    pub fn contains(&self, user_key: &[u8]) -> bool {
+        user_key >= self.lo.as_slice() && self.hi.as_deref().is_none_or(|h| user_key < h)
+    }
+}
+
+/// The smallest user key greater than `k` (`k ‖ 0x00`).
+pub fn successor(k: &[u8]) -> Vec<u8> {
+    let mut s = Vec::with_capacity(k.len() + 1);
+    s.extend_from_slice(k);
+    s.push(0);
+    s
+}
+
+// ------------------------------------------------------------- row cache
+
+/// Open readers of the rows, shared by table handles, views and jobs, so a
+/// row's metadata is checked once per process.
+pub struct RowCache {
+    region: Arc<dyn PmRegion>,
+    verify_data: bool,
+    open: Mutex<HashMap<(u64, SeqNo), Weak<RowTable>>>,
+    /// Rows whose data this process wrote or already verified.
+    verified: Mutex<HashSet<(u64, SeqNo)>>,
+}
+
+impl RowCache {
+    fn new(region: Arc<dyn PmRegion>, verify_data: bool) -> RowCache {
+        RowCache {
+            region,
+            verify_data,
+            open: Mutex::new(HashMap::new()),
+            verified: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// The reader of the row `meta` describes.
+    pub fn get(&self, meta: &TableMeta) -> Result<Arc<RowTable>> {
+        let Some(&meta_run) = meta.pm_pages.first() else {
+            return Err(Error::corruption(
+                "MANIFEST",
+                0,
+                format!("PM row {} lists no page runs", meta.id),
+            ));
+        };
+        if meta.format != TableFormat::RowTable || meta.tier != Tier::Pm {
+            return Err(Error::corruption(
+                "MANIFEST",
+                0,
+                format!("L0 table {} is not a PM RowTable", meta.id),
+            ));
+        }
+        let id = (meta_run.first, meta.seq_max);
+        if let Some(t) = self.open.lock().get(&id).and_then(Weak::upgrade) {
+            return Ok(t);
+        }
+        let verify = self.verify_data && !self.verified.lock().contains(&id);
+        let t = Arc::new(RowTable::open(
+            Arc::clone(&self.region),
+            meta_run,
+            Expect {
+                seq_min: meta.seq_min,
+                seq_max: meta.seq_max,
+                entries: meta.entries,
+            },
+            &meta.pm_pages,
+            verify,
+        )?);
+        self.verified.lock().insert(id);
+        let mut open = self.open.lock();
+        if open.len() >= 256 && open.len().is_power_of_two() {
+            open.retain(|_, w| w.strong_count() > 0);
+        }
+        let t = match open.get(&id).and_then(Weak::upgrade) {
+            Some(other) => other,
+            None => {
+                open.insert(id, Arc::downgrade(&t));
+                t
+            }
+        };
+        Ok(t)
+    }
+
+    fn built(&self, t: &Arc<RowTable>) {
+        let id = (t.meta_run().first, t.seq_max());
+        self.verified.lock().insert(id);
+        self.open.lock().insert(id, Arc::downgrade(t));
+    }
+
+    fn forget_verified_except(&self, live: &HashSet<(u64, SeqNo)>) {
+        let mut v = self.verified.lock();
+        if v.len() > 2 * live.len() + 64 {
+            v.retain(|id| live.contains(id));
+        }
+    }
+}
+
+// ------------------------------------------------------------- container
+
+/// Sizes and switches of a container.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Bytes of PM data pages.
+    pub capacity_bytes: u64,
+    /// Container bytes at which compaction of L0 starts.
+    pub limit_bytes: u64,
+    /// Upper bound of the PM a flushed memtable takes.
+    pub row_estimate_bytes: u64,
+    /// PM kept free for the WAL of the memtable being written.
+    pub wal_reserve_bytes: u64,
+    /// Target data extent size, in pages.
+    pub extent_pages: u64,
+    /// Use the forward pointers when searching.
+    pub hints: bool,
+    /// Collector threads of a side job.
+    pub collectors: usize,
+    /// Target SST size.
+    pub sst_size_bytes: u64,
+    /// Growth factor between levels (AF).
+    pub level_size_multiplier: u64,
+    /// TriangleKV: most L0 bytes one right-angle side takes.
+    pub side_max_bytes: u64,
+    /// TriangleKV: fewest L0 bytes one right-angle side takes (unless it
+    /// reaches the end of the key space).
+    pub side_min_bytes: u64,
+}
+
+impl Config {
+    /// Sizes for `opts` on a PM tier of `capacity_bytes` data bytes whose
+    /// WAL extents are `wal_extent_bytes` long.
+    pub fn new(opts: &Options, capacity_bytes: u64, wal_extent_bytes: u64) -> Result<Config> {
+        let mem = opts.memtable_size_bytes as u64;
+        let extent_pages = (mem / 16).clamp(16 << 10, 2 << 20).div_ceil(PAGE);
+        let row_estimate_bytes = mem + mem / 8 + 2 * extent_pages * PAGE + (64 << 10);
+        let wal_reserve_bytes = if opts.wal_placement() == crate::WalPlacement::Pm {
+            mem + 2 * wal_extent_bytes
+        } else {
+            0
+        };
+        let floor = 2 * row_estimate_bytes + wal_reserve_bytes;
+        if capacity_bytes < floor {
+            return Err(Error::InvalidOptions(format!(
+                "`pm_size_bytes` = {} is too small for design `{}`: its {} data bytes must hold \
+                 two flushed memtables and a WAL ({floor} bytes with `memtable_size_bytes` = {mem})",
+                opts.pm_size_bytes.max(capacity_bytes),
+                opts.design,
+                capacity_bytes
+            )));
+        }
+        let room = capacity_bytes - wal_reserve_bytes - row_estimate_bytes;
+        let limit_bytes = match opts.pm_container_limit_bytes {
+            0 => (capacity_bytes / 10 * 6).min(room),
+            n => n.min(room),
+        };
+        // The paper's sides are ½·AF·S_sst ..= AF·S_sst with S_sst = 64 MB
+        // against a 4.8 GB container (60% of 8 GB): at most 2/15 of it. A
+        // smaller PM tier keeps that ratio, so a side stays fine-grained.
+        let af = opts.level_size_multiplier;
+        let side_max_bytes = (af.saturating_mul(opts.sst_size_bytes))
+            .min(limit_bytes / 15 * 2)
+            .max(16 << 10);
+        Ok(Config {
+            capacity_bytes,
+            limit_bytes,
+            row_estimate_bytes,
+            wal_reserve_bytes,
+            extent_pages,
+            hints: opts.pm_hints,
+            collectors: match opts.pm_collector_threads {
+                0 => opts.background_threads.min(8),
+                n => n,
+            }
+            .max(1),
+            sst_size_bytes: opts.sst_size_bytes,
+            level_size_multiplier: af,
+            side_max_bytes,
+            side_min_bytes: side_max_bytes / 2,
+        })
+    }
+}
+
+/// What flushes since the last version change built (a WAL replay flushes
+/// several memtables against one version before any edit is applied).
+#[derive(Default)]
+struct Recent {
+    version: Weak<Version>,
+    last_row: Option<Arc<RowTable>>,
+    rows: Vec<(Vec<u8>, Vec<u8>)>,
+    l1: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// The container: PM tier, row readers, sizes, and the SSD-level picker.
+pub struct Container {
+    pm: Arc<PmTier>,
+    region: Arc<dyn PmRegion>,
+    /// Sizes and switches.
+    pub cfg: Config,
+    rows: Arc<RowCache>,
+    recent: Mutex<Recent>,
+    /// Leveled compaction below L1.
+    pub leveled: Classic,
+}
+
+impl Container {
+    /// A container on `pm` sized by `opts`.
+    pub fn new(opts: &Options, pm: Arc<PmTier>) -> Result<Container> {
+        let alloc = pm.allocator();
+        let capacity = (alloc.total_pages() - alloc.data_start_page()) * PAGE;
+        let cfg = Config::new(opts, capacity, pm.wal_extent_len_bytes())?;
+        let region = Arc::clone(pm.region());
+        Ok(Container {
+            rows: Arc::new(RowCache::new(Arc::clone(&region), opts.verify_checksums)),
+            region,
+            pm,
+            cfg,
+            recent: Mutex::new(Recent::default()),
+            leveled: Classic::new(opts),
+        })
+    }
+
+    /// The reader of a row.
+    pub fn row(&self, meta: &TableMeta) -> Result<Arc<RowTable>> {
+        self.rows.get(meta)
+    }
+
+    /// Registers the PM table opener and the L0 view.
+    pub fn install(&self, ctx: &Arc<TableContext>) {
+        let rows = Arc::clone(&self.rows);
+        let _ = ctx.pm_opener.set(Box::new(move |meta: &TableMeta| {
+            let t: Arc<dyn crate::iter::TableReader> = rows.get(meta)?;
+            Ok(t)
+        }));
+        let rows = Arc::clone(&self.rows);
+        let hints = self.cfg.hints;
+        let _ = ctx
+            .level_view
+            .set(Box::new(move |v: &Version, level: usize| {
+                if level != 0 || v.levels[0].is_empty() {
+                    return None;
+                }
+                let view: Arc<dyn crate::iter::TableReader> = Arc::new(ContainerView::new(
+                    v.levels[0].clone(),
+                    v.design_state.get(&CONTAINER_TAG).cloned(),
+                    Arc::clone(&rows),
+                    hints,
+                ));
+                Some(view)
+            }));
+    }
+
+    /// Bytes of PM the rows occupy.
+    pub fn container_bytes(v: &Version) -> u64 {
+        v.levels[0].iter().map(|t| t.meta.size_bytes).sum()
+    }
+
+    /// Free PM bytes.
+    pub fn free_bytes(&self) -> u64 {
+        self.pm.allocator().free_pages() * PAGE
+    }
+
+    /// How urgently L0 must be compacted: container bytes over the limit,
+    /// raised to at least 1 when PM runs short of room for the next flush.
+    pub fn l0_score(&self, v: &Version) -> f64 {
+        let score = Self::container_bytes(v) as f64 / self.cfg.limit_bytes.max(1) as f64;
+        let pressure =
+            self.free_bytes() < 2 * self.cfg.row_estimate_bytes + self.cfg.wal_reserve_bytes;
+        if pressure && !v.levels[0].is_empty() {
+            score.max(1.0)
+        } else {
+            score
+        }
+    }
+
+    /// The write controller: writes stop (a recorded `PmFull` stall) only
+    /// when PM could not take the flushes already queued plus the WAL of
+    /// the memtable being written.
+    pub fn write_control(&self, immutable_count: usize) -> WriteControl {
+        let need =
+            immutable_count as u64 * self.cfg.row_estimate_bytes + self.cfg.wal_reserve_bytes;
+        if self.free_bytes() < need {
+            WriteControl::Stop(StallCause::PmFull)
+        } else {
+            WriteControl::Proceed
+        }
+    }
+
+    /// The L1+ picker on a copy of `v` without its rows.
+    pub fn pick_leveled(&self, v: &Version, busy: &HashSet<u64>) -> Option<(f64, Task)> {
+        let mut ssd = Version {
+            levels: v.levels.clone(),
+            compact_cursors: v.compact_cursors.clone(),
+            design_state: Default::default(),
+            level_views: Vec::new(),
+        };
+        ssd.levels[0].clear();
+        let scores = self.leveled.scores(&ssd, busy);
+        let best = scores.iter().copied().fold(0.0f64, f64::max);
+        let task = crate::design::Design::pick(&self.leveled, &ssd, busy)?;
+        Some((best, task))
+    }
+
+    // --------------------------------------------------------------- flush
+
+    /// Flushes a memtable into a row, or straight to L1 when it overlaps
+    /// nothing in L0 and L1 (the sequential bypass).
+    pub fn flush(&self, env: &JobEnv, mem: &Arc<MemTable>) -> Result<VersionEdit> {
+        let v = &env.version;
+        let mut recent = self.recent.lock();
+        let same = recent.version.as_ptr() == Arc::as_ptr(v);
+        if !same {
+            *recent = Recent {
+                version: Arc::downgrade(v),
+                ..Recent::default()
+            };
+        }
+        let mut it = mem.iter();
+        it.seek_to_first();
+        if !it.valid() {
+            return Ok(VersionEdit::default());
+        }
+        let lo = key::user_key(it.key()).to_vec();
+        it.seek_to_last();
+        let hi = key::user_key(it.key()).to_vec();
+
+        // The sequential bypass (invariant 4): clear of the span of every
+        // row (those of `v`, and those built against `v` but not yet in it).
+        let mut hull: Option<(Vec<u8>, Vec<u8>)> = None;
+        let spans = v.levels[0]
+            .iter()
+            .map(|t| (t.smallest_user_key(), t.largest_user_key()))
+            .chain(
+                recent
+                    .rows
+                    .iter()
+                    .map(|(a, b)| (a.as_slice(), b.as_slice())),
+            );
+        for (a, b) in spans {
+            hull = Some(match hull {
+                None => (a.to_vec(), b.to_vec()),
+                Some((x, y)) => (x.min(a.to_vec()), y.max(b.to_vec())),
+            });
+        }
+        let clear_of_rows = hull
+            .as_ref()
+            .is_none_or(|(a, b)| hi.as_slice() < a.as_slice() || lo.as_slice() > b.as_slice());
+        let clear_of_l1 = v.level_count() > 1
+            && v.overlapping(1, Some(&lo), Some(&hi)).is_empty()
+            && recent
+                .l1
+                .iter()
+                .all(|(a, b)| hi.as_slice() < a.as_slice() || lo.as_slice() > b.as_slice());
+        let mut edit = VersionEdit::default();
+        if clear_of_rows && clear_of_l1 {
+            let gp = v.overlapping(2, Some(&lo), Some(&hi));
+            let spec = OutputSpec {
+                level: 1,
+                target_size_bytes: self.cfg.sst_size_bytes,
+                grandparents: &gp,
+                may_drop_tombstones: false,
+            };
+            for m in merge_to_ssts(env, &mut mem.iter(), &spec)? {
+                edit.new_tables.push((1, m));
+            }
+            recent.l1.push((lo, hi));
+            return Ok(edit);
+        }
+
+        // A row, its forward pointers into the newest row before it.
+        let pred: Option<Arc<RowTable>> = match (&recent.last_row, v.levels[0].first()) {
+            (Some(r), _) if same => Some(Arc::clone(r)),
+            (_, Some(t)) => Some(self.rows.get(&t.meta)?),
+            _ => None,
+        };
+        let built = rowtable::build(
+            &BuildParams {
+                region: &self.region,
+                pages: self,
+                extent_pages: self.cfg.extent_pages,
+                pred: pred.as_deref(),
+                entries_hint: mem.entries() as usize,
+                key_bytes_hint: (mem.entries() as usize).saturating_mul(lo.len() + 8),
+            },
+            &mut mem.iter(),
+        )?;
+        #[cfg(feature = "invariants")]
+        for t in v.levels.iter().flatten() {
+            for a in &t.meta.pm_pages {
+                for b in &built.runs {
+                    assert!(
+                        a.first + a.count <= b.first || b.first + b.count <= a.first,
+                        "new row run {b:?} overlaps run {a:?} of live table {}",
+                        t.meta.id
+                    );
+                }
+            }
+        }
+        let meta = TableMeta {
+            id: env.versions.new_file_number(),
+            tier: Tier::Pm,
+            format: TableFormat::RowTable,
+            size_bytes: built.size_bytes,
+            smallest: built.smallest,
+            largest: built.largest,
+            seq_min: built.seq_min,
+            seq_max: built.seq_max,
+            entries: built.entries,
+            deletions: built.deletions,
+            pm_pages: built.runs,
+        };
+        let row = Arc::new(RowTable::open(
+            Arc::clone(&self.region),
+            meta.pm_pages[0],
+            Expect {
+                seq_min: meta.seq_min,
+                seq_max: meta.seq_max,
+                entries: meta.entries,
+            },
+            &meta.pm_pages,
+            false,
+        )?);
+        self.rows.built(&row);
+        let live: HashSet<(u64, SeqNo)> = v.levels[0]
+            .iter()
+            .filter_map(|t| t.meta.pm_pages.first().map(|r| (r.first, t.meta.seq_max)))
+            .chain(std::iter::once((meta.pm_pages[0].first, meta.seq_max)))
+            .collect();
+        self.rows.forget_verified_except(&live);
+        recent.last_row = Some(row);
+        recent.rows.push((lo, hi));
+        edit.new_tables.push((0, meta));
+        Ok(edit)
+    }
+
+    // ---------------------------------------------------------------- sides
+
+    /// The rows a side with `plan` takes, as `(handle, reader)`, newest
+    /// first.
+    pub fn side_rows(
+        &self,
+        task: &Task,
+        plan: &SidePlan,
+    ) -> Result<Vec<(Arc<TableHandle>, Arc<RowTable>)>> {
+        let mut out = Vec::new();
+        for (level, tables) in &task.inputs {
+            if *level != 0 {
+                continue;
+            }
+            for t in tables {
+                if t.meta.seq_max <= plan.through {
+                    out.push((Arc::clone(t), self.rows.get(&t.meta)?));
+                }
+            }
+        }
+        out.sort_by_key(|r| std::cmp::Reverse(r.1.seq_max()));
+        Ok(out)
+    }
+
+    /// Runs a side task: collects the victims with the collector threads,
+    /// merges them with the input L1 tables into new L1 tables (never
+    /// spanning an L1 table that is not an input), and returns the edit.
+    pub fn run_side(&self, env: &JobEnv, task: &Task) -> Result<VersionEdit> {
+        let plan = SidePlan::of(task)
+            .ok_or_else(|| Error::InvalidArgument("side task without a plan".into()))?;
+        let v = &env.version;
+        let state = ContainerState::of(v)?;
+        let rows = self.side_rows(task, &plan)?;
+        let readers: Vec<Arc<RowTable>> = rows.iter().map(|(_, r)| Arc::clone(r)).collect();
+
+        // Victim windows per row, then k collectors merge groups of rows.
+        let windows: Vec<Vec<(usize, usize)>> = readers
+            .iter()
+            .map(|r| victim_windows(&state, r, &plan))
+            .collect();
+        let k = self.cfg.collectors.min(readers.len()).max(1);
+        let groups: Vec<Vec<usize>> = (0..k)
+            .map(|g| (g..readers.len()).step_by(k).collect())
+            .collect();
+        let runs: Vec<Vec<(u32, u32)>> = if k > 1 {
+            std::thread::scope(|s| {
+                let hs: Vec<_> = groups
+                    .iter()
+                    .map(|g| s.spawn(|| collect(&readers, &windows, g)))
+                    .collect();
+                hs.into_iter()
+                    .map(|h| h.join().unwrap_or_default())
+                    .collect()
+            })
+        } else {
+            vec![collect(&readers, &windows, &groups[0])]
+        };
+        let victims: usize = windows.iter().flatten().map(|(a, b)| b - a).sum();
+        let collected: usize = runs.iter().map(Vec::len).sum();
+        if victims != collected {
+            return Err(Error::InvalidArgument(format!(
+                "side collectors gathered {collected} of {victims} entries"
+            )));
+        }
+
+        // Inputs of level 1.
+        let l1_inputs: Vec<Arc<TableHandle>> = task
+            .inputs
+            .iter()
+            .filter(|(l, _)| *l == 1)
+            .flat_map(|(_, ts)| ts.iter().cloned())
+            .collect();
+        let input_ids: HashSet<u64> = l1_inputs.iter().map(|t| t.meta.id).collect();
+        let mut children: Vec<Box<dyn InternalIterator>> = runs
+            .into_iter()
+            .filter(|r| !r.is_empty())
+            .map(|r| {
+                Box::new(CollectedIter {
+                    rows: readers.clone(),
+                    entries: r,
+                    pos: usize::MAX,
+                }) as Box<dyn InternalIterator>
+            })
+            .collect();
+        if !l1_inputs.is_empty() {
+            children.push(Box::new(LevelIterator::new(l1_inputs.clone(), false)));
+        }
+        let mut edit = VersionEdit::default();
+        if !children.is_empty() {
+            let merged = MergingIterator::new(children);
+            // Segments: the key space minus the L1 tables that are not
+            // inputs (those inside the span of the victims and the inputs).
+            let span_lo = l1_inputs
+                .first()
+                .map_or(plan.lo.as_slice(), |t| t.smallest_user_key().min(&plan.lo))
+                .to_vec();
+            let span_hi: Option<Vec<u8>> = match (&plan.hi, l1_inputs.last()) {
+                (None, _) => None,
+                (Some(h), Some(t)) => Some(h.as_slice().max(t.largest_user_key()).to_vec()),
+                (Some(h), None) => Some(h.clone()),
+            };
+            let fences: Vec<(Vec<u8>, Vec<u8>)> = v
+                .overlapping(1, Some(&span_lo), span_hi.as_deref())
+                .iter()
+                .filter(|t| !input_ids.contains(&t.meta.id))
+                .map(|t| {
+                    (
+                        t.smallest_user_key().to_vec(),
+                        t.largest_user_key().to_vec(),
+                    )
+                })
+                .collect();
+            let mut seg = Segmented {
+                inner: merged,
+                lo: Vec::new(),
+                hi: None,
+                valid: false,
+            };
+            let spec = OutputSpec {
+                level: 1,
+                target_size_bytes: self.cfg.sst_size_bytes,
+                grandparents: &task.grandparents,
+                may_drop_tombstones: true,
+            };
+            let mut start: Vec<u8> = Vec::new();
+            for i in 0..=fences.len() {
+                seg.lo = start.clone();
+                seg.hi = fences.get(i).map(|f| f.0.clone());
+                for m in merge_to_ssts(env, &mut seg, &spec)? {
+                    edit.new_tables.push((1, m));
+                }
+                if let Some(f) = fences.get(i) {
+                    start = successor(&f.1);
+                }
+            }
+        }
+        for t in &l1_inputs {
+            edit.deleted_tables.push((1, t.meta.id));
+        }
+        let mut next_id = || env.versions.new_file_number();
+        let rest = side_edit(
+            v,
+            &state,
+            &plan,
+            &|m: &TableMeta| self.rows.get(m),
+            &mut next_id,
+        )?;
+        edit.deleted_tables.extend(rest.deleted_tables);
+        edit.new_tables.extend(rest.new_tables);
+        edit.design_records = rest.design_records;
+        Ok(edit)
+    }
+
+    /// Stats: the L0 bytes a side really reads, plus its L1 tables.
+    pub fn task_input_bytes(task: &Task) -> Vec<(usize, u64)> {
+        match SidePlan::of(task) {
+            Some(plan) => {
+                let l1: u64 = task
+                    .inputs
+                    .iter()
+                    .filter(|(l, _)| *l != 0)
+                    .flat_map(|(_, ts)| ts.iter().map(|t| t.meta.size_bytes))
+                    .sum();
+                vec![(0, plan.victim_bytes), (1, l1)]
+            }
+            None => task.input_bytes(),
+        }
+    }
+}
+
+impl PageSource for Container {
+    fn alloc(&self, want: u64, min: u64) -> Result<PageRun> {
+        debug_assert!(min <= want && min > 0);
+        let alloc = self.pm.allocator();
+        let start = Instant::now();
+        loop {
+            let mut n = want;
+            loop {
+                if let Some(r) = alloc.alloc(n)? {
+                    return Ok(r);
+                }
+                if n == min {
+                    break;
+                }
+                n = (n / 2).max(min);
+            }
+            if start.elapsed() > PM_WAIT_LIMIT {
+                return Err(Error::io(
+                    format!(
+                        "{}: PM tier full: no run of {min} free pages for a RowTable after {} s",
+                        self.region.name(),
+                        PM_WAIT_LIMIT.as_secs()
+                    ),
+                    std::io::Error::from_raw_os_error(28),
+                ));
+            }
+            // Compaction frees pages; the engine releases them when idle.
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    fn free(&self, run: PageRun) -> Result<()> {
+        self.pm.free_pages(run)
+    }
+}
+
+/// The entries of `row` a side takes: inside the side's key range and not
+/// consumed, as sorted index windows.
+pub fn victim_windows(
+    state: &ContainerState,
+    row: &RowTable,
+    plan: &SidePlan,
+) -> Vec<(usize, usize)> {
+    let a = row.lower_bound_user(&plan.lo);
+    let b = plan
+        .hi
+        .as_deref()
+        .map_or(row.len(), |h| row.lower_bound_user(h));
+    let mut out = Vec::new();
+    let mut pos = a;
+    for (x, y) in state.consumed_intervals(row) {
+        if y <= pos || x >= b {
+            continue;
+        }
+        if x > pos {
+            out.push((pos, x.min(b)));
+        }
+        pos = pos.max(y);
+    }
+    if pos < b {
+        out.push((pos, b));
+    }
+    out
+}
+
+/// One collector: merges the windows of its rows into one sorted run of
+/// `(row, entry)` references (no copies of keys or values).
+fn collect(
+    rows: &[Arc<RowTable>],
+    windows: &[Vec<(usize, usize)>],
+    group: &[usize],
+) -> Vec<(u32, u32)> {
+    struct Cur {
+        row: usize,
+        w: usize,
+        pos: usize,
+    }
+    let mut curs: Vec<Cur> = group
+        .iter()
+        .filter(|&&r| !windows[r].is_empty())
+        .map(|&r| Cur {
+            row: r,
+            w: 0,
+            pos: windows[r][0].0,
+        })
+        .collect();
+    let total: usize = group
+        .iter()
+        .flat_map(|&r| windows[r].iter())
+        .map(|(a, b)| b - a)
+        .sum();
+    let mut out = Vec::with_capacity(total);
+    while !curs.is_empty() {
+        let mut best = 0;
+        for i in 1..curs.len() {
+            let (a, b) = (&curs[i], &curs[best]);
+            if key::compare_internal(rows[a.row].ikey(a.pos), rows[b.row].ikey(b.pos)).is_lt() {
+                best = i;
+            }
+        }
+        let c = &mut curs[best];
+        out.push((c.row as u32, c.pos as u32));
+        c.pos += 1;
+        if c.pos >= windows[c.row][c.w].1 {
+            c.w += 1;
+            match windows[c.row].get(c.w) {
+                Some(&(a, _)) => c.pos = a,
+                None => {
+                    curs.swap_remove(best);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Iterator over one collector's run.
+struct CollectedIter {
+    rows: Vec<Arc<RowTable>>,
+    entries: Vec<(u32, u32)>,
+    /// `usize::MAX` or `>= len`: not valid.
+    pos: usize,
+}
+
+impl CollectedIter {
+    fn at(&self, i: usize) -> &[u8] {
+        let (r, e) = self.entries[i];
+        self.rows[r as usize].ikey(e as usize)
+    }
+}
+
+impl InternalIterator for CollectedIter {
+    fn valid(&self) -> bool {
+        self.pos < self.entries.len()
+    }
+    fn seek_to_first(&mut self) {
+        self.pos = 0;
+    }
+    fn seek_to_last(&mut self) {
+        self.pos = self.entries.len().wrapping_sub(1);
+    }
+    fn seek(&mut self, target: &[u8]) {
+        let (mut lo, mut hi) = (0, self.entries.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if key::compare_internal(self.at(mid), target).is_lt() {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        self.pos = lo;
+    }
+    fn next(&mut self) {
+        self.pos += 1;
+    }
+    fn prev(&mut self) {
+        self.pos = self.pos.wrapping_sub(1);
+    }
+    fn key(&self) -> &[u8] {
+        self.at(self.pos)
+    }
+    fn value(&self) -> &[u8] {
+        let (r, e) = self.entries[self.pos];
+        self.rows[r as usize].value(e as usize)
+    }
+    fn status(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// The merged side restricted to user keys in `[lo, hi)` (forward only: the
+/// merge reads it once from `seek_to_first`).
+struct Segmented {
+    inner: MergingIterator,
+    lo: Vec<u8>,
+    hi: Option<Vec<u8>>,
+    valid: bool,
+}
+
+impl Segmented {
+    fn check(&mut self) {
+        self.valid = self.inner.valid()
+            && self
+                .hi
+                .as_deref()
+                .is_none_or(|h| key::user_key(self.inner.key()) < h);
+    }
+}
+
+impl InternalIterator for Segmented {
+    fn valid(&self) -> bool {
+        self.valid
+    }
+    fn seek_to_first(&mut self) {
+        let t = key::seek_key(&self.lo, key::MAX_SEQNO);
+        self.inner.seek(&t);
+        self.check();
+    }
+    fn seek_to_last(&mut self) {
+        self.valid = false;
+    }
+    fn seek(&mut self, target: &[u8]) {
+        self.inner.seek(target);
+        self.check();
+    }
+    fn next(&mut self) {
+        self.inner.next();
+        self.check();
+    }
+    fn prev(&mut self) {
+        self.valid = false;
+    }
+    fn key(&self) -> &[u8] {
+        self.inner.key()
+    }
+    fn value(&self) -> &[u8] {
+        self.inner.value()
+    }
+    fn status(&self) -> Result<()> {
+        self.inner.status()
+    }
+}
+
+/// The container part of a side's edit (pure given the rows): the new
+/// state, and every row the side took either replaced by a meta listing
+/// only the runs still needed, or deleted when consumed entirely.
+/// `open` gives a row's reader; `next_id` fresh table ids.
+pub fn side_edit(
+    v: &Version,
+    state: &ContainerState,
+    plan: &SidePlan,
+    open: &dyn Fn(&TableMeta) -> Result<Arc<RowTable>>,
+    next_id: &mut dyn FnMut() -> u64,
+) -> Result<VersionEdit> {
+    let mut next = state.clone();
+    next.consume(&plan.lo, plan.hi.as_deref(), plan.through);
+    next.cursor = plan.next_cursor.clone();
+    next.compactor_seq = plan.compactor_seq;
+    let mut edit = VersionEdit::default();
+    let mut oldest: Option<SeqNo> = None;
+    let mut fki: Vec<(SeqNo, u64)> = Vec::new();
+    for t in &v.levels[0] {
+        let keep_oldest =
+            |o: &mut Option<SeqNo>| *o = Some(o.map_or(t.meta.seq_max, |x| x.min(t.meta.seq_max)));
+        if t.meta.seq_max > plan.through {
+            keep_oldest(&mut oldest);
+            continue;
+        }
+        let row = open(&t.meta)?;
+        let consumed = next.consumed_intervals(&row);
+        if covered(&consumed, 0, row.len()) {
+            edit.deleted_tables.push((0, t.meta.id));
+            continue;
+        }
+        keep_oldest(&mut oldest);
+        if next.compactor_seq > 0 && t.meta.seq_max <= next.compactor_seq {
+            let first = consumed
+                .first()
+                .filter(|(a, _)| *a == 0)
+                .map_or(0, |(_, b)| *b);
+            fki.push((t.meta.seq_max, first as u64));
+        }
+        let exts = row.extents();
+        let mut ends: Vec<usize> = exts
+            .iter()
+            .skip(1)
+            .map(|e| e.first_entry as usize)
+            .collect();
+        ends.push(row.len());
+        let dead: Vec<PageRun> = exts
+            .iter()
+            .zip(&ends)
+            .filter(|(e, end)| covered(&consumed, e.first_entry as usize, **end))
+            .map(|(e, _)| e.run)
+            .filter(|r| t.meta.pm_pages[1..].contains(r))
+            .collect();
+        if dead.is_empty() {
+            continue;
+        }
+        let mut meta = t.meta.clone();
+        meta.id = next_id();
+        meta.pm_pages.retain(|r| !dead.contains(r));
+        meta.size_bytes = meta.pm_pages.iter().map(|r| r.count * PAGE).sum();
+        edit.deleted_tables.push((0, t.meta.id));
+        edit.new_tables.push((0, meta));
+    }
+    next.prune(oldest);
+    fki.sort_unstable();
+    if next.compactor_seq > 0 {
+        next.first_key_index = fki;
+    } else {
+        next.first_key_index.clear();
+    }
+    edit.design_records.push((CONTAINER_TAG, next.encode()));
+    Ok(edit)
+}
+
+/// One L1 range: `[lo, hi)` (`hi = None` at the end) and its table.
+pub type L1Range<'a> = (Vec<u8>, Option<Vec<u8>>, Option<&'a Arc<TableHandle>>);
+
+/// A row and its consumed entries (sorted index intervals).
+pub type SizedRow = (Arc<RowTable>, Vec<(usize, usize)>);
+
+/// The L1 key ranges of a version in order — each L1 table's own range,
+/// and the gaps before, between and after them — with the table of each.
+pub struct L1Ranges<'a> {
+    /// `(lo, hi, table)`: `[lo, hi)`, `hi = None` at the end.
+    pub ranges: Vec<L1Range<'a>>,
+}
+
+impl<'a> L1Ranges<'a> {
+    /// The ranges of `v`'s L1.
+    pub fn of(v: &'a Version) -> L1Ranges<'a> {
+        let mut ranges = Vec::new();
+        let mut at: Vec<u8> = Vec::new();
+        for t in v.levels.get(1).map(|l| l.as_slice()).unwrap_or(&[]) {
+            let s = t.smallest_user_key().to_vec();
+            if s > at {
+                ranges.push((at.clone(), Some(s.clone()), None));
+            }
+            let end = successor(t.largest_user_key());
+            ranges.push((s, Some(end.clone()), Some(t)));
+            at = end;
+        }
+        ranges.push((at, None, None));
+        L1Ranges { ranges }
+    }
+
+    /// Index of the range holding `k`.
+    pub fn find(&self, k: &[u8]) -> usize {
+        self.ranges
+            .partition_point(|(_, hi, _)| hi.as_deref().is_some_and(|h| h <= k))
+            .min(self.ranges.len() - 1)
+    }
+}
+
+/// Live (unconsumed) L0 entries and estimated bytes of some rows inside
+/// `[lo, hi)`.
+pub struct RowSizer {
+    /// The rows, newest first: reader and consumed intervals.
+    pub rows: Vec<SizedRow>,
+}
+
+impl RowSizer {
+    /// Sizes the given rows under `state`.
+    pub fn new(rows: Vec<Arc<RowTable>>, state: &ContainerState) -> Self {
+        RowSizer {
+            rows: rows
+                .into_iter()
+                .map(|r| {
+                    let c = state.consumed_intervals(&r);
+                    (r, c)
+                })
+                .collect(),
+        }
+    }
+
+    /// Estimated live bytes in `[lo, hi)`.
+    pub fn bytes(&self, lo: &[u8], hi: Option<&[u8]>) -> u64 {
+        self.rows
+            .iter()
+            .map(|(r, c)| {
+                let a = r.lower_bound_user(lo);
+                let b = hi.map_or(r.len(), |h| r.lower_bound_user(h));
+                let live = live_count(c, a, b) as u64;
+                if live == 0 {
+                    0
+                } else {
+                    live * r.data_bytes() / r.len().max(1) as u64
+                }
+            })
+            .sum()
+    }
+
+    /// A user key `c` in `(lo, hi)` such that the live bytes in `[lo, c)`
+    /// are about `want` (never `lo` itself); `None` if no key splits it.
+    pub fn split(&self, lo: &[u8], hi: Option<&[u8]>, want: u64) -> Option<Vec<u8>> {
+        // Candidate keys: the live entries of the row with most of them.
+        let (r, c) = self.rows.iter().max_by_key(|(r, c)| {
+            let a = r.lower_bound_user(lo);
+            let b = hi.map_or(r.len(), |h| r.lower_bound_user(h));
+            live_count(c, a, b)
+        })?;
+        let a = r.lower_bound_user(lo);
+        let b = hi.map_or(r.len(), |h| r.lower_bound_user(h));
+        let _ = c;
+        let (mut l, mut h) = (a + 1, b);
+        while l < h {
+            let mid = l + (h - l) / 2;
+            if self.bytes(lo, Some(r.user_key(mid))) < want {
+                l = mid + 1;
+            } else {
+                h = mid;
+            }
+        }
+        let k = if l < b { r.user_key(l) } else { return None };
+        (k > lo).then(|| k.to_vec())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_roundtrip_and_worked_example() {
+        let mut s = ContainerState::default();
+        s.consume(b"b", Some(b"d"), 300);
+        s.cursor = Some(b"d".to_vec());
+        assert_eq!(
+            s.encode(),
+            vec![1, 1, 1, b'd', 3, 0, 0, 1, b'b', 0xac, 0x02, 1, b'd', 0, 0, 0]
+        );
+        assert_eq!(ContainerState::decode(&s.encode()).unwrap(), s);
+        assert_eq!(s.consumed_through(b"a"), 0);
+        assert_eq!(s.consumed_through(b"b"), 300);
+        assert_eq!(s.consumed_through(b"c"), 300);
+        assert_eq!(s.consumed_through(b"d"), 0);
+        // Wider and newer sides raise the steps; pruning forgets old ones.
+        s.consume(b"c", None, 400);
+        assert_eq!(s.consumed_ranges(300), vec![(&b"b"[..], None)]);
+        assert_eq!(s.consumed_ranges(350), vec![(&b"c"[..], None)]);
+        s.prune(Some(350));
+        assert_eq!(s.steps.len(), 2);
+        s.prune(None);
+        assert_eq!(s.steps, ContainerState::default().steps);
+        for bad in [
+            &[][..],
+            &[2][..],
+            &[1, 0, 0][..],
+            &[1, 0, 1, 1, b'x', 0, 0, 0][..],
+        ] {
+            assert!(ContainerState::decode(bad).unwrap_err().is_corruption());
+        }
+    }
+
+    #[test]
+    fn plan_roundtrip() {
+        let p = SidePlan {
+            lo: b"k".to_vec(),
+            hi: None,
+            through: 77,
+            next_cursor: Some(b"z".to_vec()),
+            compactor_seq: 5,
+            victim_bytes: 1 << 20,
+        };
+        assert_eq!(SidePlan::decode(&p.encode()), Some(p));
+    }
+
+    #[test]
+    fn interval_helpers() {
+        let c = vec![(2, 4), (6, 9)];
+        assert_eq!(live_count(&c, 0, 10), 5);
+        assert_eq!(live_count(&c, 3, 7), 2);
+        assert!(covered(&c, 6, 9));
+        assert!(!covered(&c, 5, 9));
+    }
+}
