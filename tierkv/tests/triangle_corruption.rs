@@ -34,7 +34,7 @@ fn two_rows(fs: &MemFs, sim: &Arc<SimRegion>) -> Vec<u64> {
     let db = Db::open(PathBuf::from("/db"), options(fs, sim)).expect("open");
     for round in 0..3u32 {
         for i in 0..300 {
-            db.put(&key(i + round), &vec![round as u8 + 1; 100])
+            db.put(&key(i + round), &[round as u8 + 1; 100])
                 .expect("put");
         }
         db.flush().expect("flush");
