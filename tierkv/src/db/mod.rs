@@ -271,6 +271,11 @@ impl Db {
             .lock()
             .retain(|m| m.tier != Tier::Pm);
 
+        // Pages a crash left allocated but unrecorded go back before replay
+        // allocates (the PM tier may be nearly full).
+        if let Some(pm) = &pm {
+            pm.reconcile(&versions)?;
+        }
         // Replay the WALs the manifest does not cover.
         let replay = Replay::run(
             &options,
@@ -1131,6 +1136,7 @@ impl Inner {
 
     fn run_flush(&self, mem: &Arc<MemTable>) -> Result<()> {
         let start = Instant::now();
+        self.design.prepare_flush(mem)?;
         let env = self.job_env(self.versions.current());
         let mut edit = self.design.flush(&env, mem)?;
         let out: u64 = edit.new_tables.iter().map(|(_, m)| m.size_bytes).sum();

@@ -125,6 +125,15 @@ pub trait Design: Send + Sync {
         hi: Option<&[u8]>,
     ) -> Option<Task>;
 
+    /// Called by the flush thread before a flush job takes its version: a
+    /// design whose flush target has bounded room (a PM container) may
+    /// wait here for it — no version is pinned yet, so compaction can
+    /// free space. The default does nothing.
+    fn prepare_flush(&self, mem: &Arc<MemTable>) -> Result<()> {
+        let _ = mem;
+        Ok(())
+    }
+
     /// Runs a task; returns the edit to apply.
     fn run(&self, env: &JobEnv, task: &Task) -> Result<VersionEdit>;
 

@@ -554,28 +554,45 @@ impl Config {
     /// Sizes for `opts` on a PM tier of `capacity_bytes` data bytes whose
     /// WAL extents are `wal_extent_bytes` long.
     pub fn new(opts: &Options, capacity_bytes: u64, wal_extent_bytes: u64) -> Result<Config> {
+        // PM accounting. A memtable's WAL grows to at most `wal_reserve`
+        // while it is written; its flush then adds a row of at most
+        // `row_estimate`, and the WAL is freed only once the row is
+        // durable. The flush sets its pages aside before it pins a version
+        // (`prepare_flush`), waiting for sides to free some if needed; so
+        // writes stop only when PM could not take the rows of the
+        // memtables waiting to be flushed plus the WAL growth of the one
+        // being written (`write_control`), and sides take priority once PM
+        // could not take one more row (`l0_score`).
         let mem = opts.memtable_size_bytes as u64;
         let extent_pages = (mem / 16).clamp(16 << 10, 2 << 20).div_ceil(PAGE);
-        let row_estimate_bytes = mem + mem / 8 + 2 * extent_pages * PAGE + (64 << 10);
+        let row_estimate_bytes = mem + mem / 64 + (mem / (extent_pages * PAGE) + 3) * PAGE;
         let wal_reserve_bytes = if opts.wal_placement() == crate::WalPlacement::Pm {
             mem + 2 * wal_extent_bytes
         } else {
             0
         };
-        let floor = 2 * row_estimate_bytes + wal_reserve_bytes;
+        // Two WALs (the memtable being written and the one being flushed)
+        // and the row of one.
+        let floor = 2 * wal_reserve_bytes + row_estimate_bytes;
         if capacity_bytes < floor {
             return Err(Error::InvalidOptions(format!(
                 "`pm_size_bytes` = {} is too small for design `{}`: its {} data bytes must hold \
-                 two flushed memtables and a WAL ({floor} bytes with `memtable_size_bytes` = {mem})",
+                 two WALs and a flushed memtable ({floor} bytes with `memtable_size_bytes` = {mem})",
                 opts.pm_size_bytes.max(capacity_bytes),
                 opts.design,
                 capacity_bytes
             )));
         }
-        let room = capacity_bytes - wal_reserve_bytes - row_estimate_bytes;
+        if opts.background_threads < 2 {
+            return Err(Error::InvalidOptions(format!(
+                "design `{}` needs `background_threads` >= 2 (a flush may wait for a compaction \
+                 to free PM), got {}",
+                opts.design, opts.background_threads
+            )));
+        }
         let limit_bytes = match opts.pm_container_limit_bytes {
-            0 => (capacity_bytes / 10 * 6).min(room),
-            n => n.min(room),
+            0 => capacity_bytes / 10 * 6,
+            n => n,
         };
         // The paper's sides are ½·AF·S_sst ..= AF·S_sst with S_sst = 64 MB
         // against a 4.8 GB container (60% of 8 GB): at most 2/15 of it. A
@@ -614,6 +631,30 @@ struct Recent {
     l1: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
+/// Pages set aside for the next flush by [`Container::prepare_flush`].
+#[derive(Default)]
+struct Reservation {
+    meta: Vec<PageRun>,
+    data: Vec<PageRun>,
+}
+
+/// Takes `want` pages (at least `min`) off the front of a reserved run.
+fn carve(runs: &mut Vec<PageRun>, want: u64, min: u64) -> Option<PageRun> {
+    let i = runs.iter().position(|r| r.count >= min)?;
+    let r = &mut runs[i];
+    let n = want.min(r.count);
+    let out = PageRun {
+        first: r.first,
+        count: n,
+    };
+    r.first += n;
+    r.count -= n;
+    if r.count == 0 {
+        runs.remove(i);
+    }
+    Some(out)
+}
+
 /// The container: PM tier, row readers, sizes, and the SSD-level picker.
 pub struct Container {
     pm: Arc<PmTier>,
@@ -622,6 +663,7 @@ pub struct Container {
     pub cfg: Config,
     rows: Arc<RowCache>,
     recent: Mutex<Recent>,
+    reserved: Mutex<Reservation>,
     /// Leveled compaction below L1.
     pub leveled: Classic,
 }
@@ -639,6 +681,7 @@ impl Container {
             pm,
             cfg,
             recent: Mutex::new(Recent::default()),
+            reserved: Mutex::new(Reservation::default()),
             leveled: Classic::new(opts),
         })
     }
@@ -683,22 +726,30 @@ impl Container {
         self.pm.allocator().free_pages() * PAGE
     }
 
-    /// How urgently L0 must be compacted: container bytes over the limit,
-    /// raised to at least 1 when PM runs short of room for the next flush.
+    /// How urgently L0 must be compacted, on the scale of the leveled
+    /// scores: container bytes over the limit, at most 1 — so an L1 over
+    /// its target is compacted first — unless PM is about to run short of
+    /// room for the next flushes, when it is 2: sides free PM, L1→L2
+    /// compactions do not, but an L1 grown past twice its target makes
+    /// every side rewrite more of it, so that still comes first.
     pub fn l0_score(&self, v: &Version) -> f64 {
+        if v.levels[0].is_empty() {
+            return 0.0;
+        }
         let score = Self::container_bytes(v) as f64 / self.cfg.limit_bytes.max(1) as f64;
         let pressure =
             self.free_bytes() < 2 * self.cfg.row_estimate_bytes + self.cfg.wal_reserve_bytes;
-        if pressure && !v.levels[0].is_empty() {
-            score.max(1.0)
+        if pressure {
+            2.0
         } else {
-            score
+            score.min(1.0)
         }
     }
 
     /// The write controller: writes stop (a recorded `PmFull` stall) only
-    /// when PM could not take the flushes already queued plus the WAL of
-    /// the memtable being written.
+    /// when PM could not take the rows of the memtables waiting to be
+    /// flushed plus the WAL growth of the one being written (see
+    /// [`Config::new`]).
     pub fn write_control(&self, immutable_count: usize) -> WriteControl {
         let need =
             immutable_count as u64 * self.cfg.row_estimate_bytes + self.cfg.wal_reserve_bytes;
@@ -726,9 +777,78 @@ impl Container {
 
     // --------------------------------------------------------------- flush
 
+    /// Sets aside the PM pages the row of `mem` will take, waiting for
+    /// compaction to free them if PM is full. Runs before the flush job
+    /// pins a version (the pages compaction frees are those of rows no
+    /// version references any more).
+    pub fn prepare_flush(&self, mem: &Arc<MemTable>) -> Result<()> {
+        self.release_reservation();
+        let extent_bytes = self.cfg.extent_pages * PAGE;
+        let mut it = mem.iter();
+        it.seek_to_first();
+        let (mut n, mut keys, mut values, mut extents) = (0u64, 0u64, 0u64, 2u64);
+        while it.valid() {
+            n += 1;
+            keys += it.key().len() as u64;
+            let v = it.value().len() as u64;
+            values += v;
+            if v > extent_bytes {
+                extents += 1;
+            }
+            it.next();
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        extents += values / extent_bytes;
+        let meta_pages = (rowtable::HEADER_BYTES as u64
+            + rowtable::EXTENT_BYTES as u64 * extents
+            + rowtable::ELEMENT_BYTES as u64 * n
+            + keys)
+            .div_ceil(PAGE);
+        let mut data_pages = values.div_ceil(PAGE) + extents;
+        let meta = self.alloc_wait(meta_pages, meta_pages)?;
+        let mut r = Reservation {
+            meta: vec![meta],
+            data: Vec::new(),
+        };
+        while data_pages > 0 {
+            match self.alloc_wait(data_pages.min(self.cfg.extent_pages), 1) {
+                Ok(run) => {
+                    data_pages = data_pages.saturating_sub(run.count);
+                    r.data.push(run);
+                }
+                Err(e) => {
+                    for run in r.meta.iter().chain(&r.data) {
+                        let _ = self.pm.free_pages(*run);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        *self.reserved.lock() = r;
+        Ok(())
+    }
+
+    /// Gives back what the last flush did not use.
+    fn release_reservation(&self) {
+        let r = std::mem::take(&mut *self.reserved.lock());
+        for run in r.meta.iter().chain(&r.data) {
+            if let Err(e) = self.pm.free_pages(*run) {
+                log::warn!("could not free reserved PM pages {run:?}: {e}");
+            }
+        }
+    }
+
     /// Flushes a memtable into a row, or straight to L1 when it overlaps
     /// nothing in L0 and L1 (the sequential bypass).
     pub fn flush(&self, env: &JobEnv, mem: &Arc<MemTable>) -> Result<VersionEdit> {
+        let r = self.flush_inner(env, mem);
+        self.release_reservation();
+        r
+    }
+
+    fn flush_inner(&self, env: &JobEnv, mem: &Arc<MemTable>) -> Result<VersionEdit> {
         let v = &env.version;
         let mut recent = self.recent.lock();
         let same = recent.version.as_ptr() == Arc::as_ptr(v);
@@ -1026,8 +1146,10 @@ impl Container {
     }
 }
 
-impl PageSource for Container {
-    fn alloc(&self, want: u64, min: u64) -> Result<PageRun> {
+impl Container {
+    /// A run of `min..=want` pages, waiting for compaction to free some if
+    /// PM is full.
+    fn alloc_wait(&self, want: u64, min: u64) -> Result<PageRun> {
         debug_assert!(min <= want && min > 0);
         let alloc = self.pm.allocator();
         let start = Instant::now();
@@ -1055,6 +1177,22 @@ impl PageSource for Container {
             // Compaction frees pages; the engine releases them when idle.
             std::thread::sleep(Duration::from_millis(2));
         }
+    }
+}
+
+impl PageSource for Container {
+    fn alloc(&self, want: u64, min: u64) -> Result<PageRun> {
+        if let Some(run) = carve(&mut self.reserved.lock().data, want, min) {
+            return Ok(run);
+        }
+        self.alloc_wait(want, min)
+    }
+
+    fn alloc_meta(&self, pages: u64) -> Result<PageRun> {
+        if let Some(run) = carve(&mut self.reserved.lock().meta, pages, pages) {
+            return Ok(run);
+        }
+        self.alloc_wait(pages, pages)
     }
 
     fn free(&self, run: PageRun) -> Result<()> {

@@ -146,6 +146,10 @@ impl Design for Triangle {
         }
     }
 
+    fn prepare_flush(&self, mem: &Arc<MemTable>) -> Result<()> {
+        self.c.prepare_flush(mem)
+    }
+
     fn run(&self, env: &JobEnv, task: &Task) -> Result<VersionEdit> {
         run_task(&self.c, env, task)
     }

@@ -7,7 +7,9 @@
 //!    the live entries of every row, estimated from the rows' metadata
 //!    arrays — stays within `side_max_bytes` (the paper's AF·S_sst), until
 //!    it holds at least `side_min_bytes` (½·AF·S_sst) or reaches the end of
-//!    the key space. A range too big on its own is cut inside at a row key.
+//!    the key space. A gap between L1 tables too big on its own is cut at a
+//!    row key; a table's range never is (the table would be rewritten by
+//!    two sides in one rotation), so one table range may exceed the bound.
 //!    A range whose L1 table is busy (an L1→L2 compaction) ends the side,
 //!    or is stepped over if the side is still empty.
 //! 3. The side takes every row (all of them, so the consumed ranges stay
@@ -58,13 +60,22 @@ pub fn pick_right_angle(c: &Container, v: &Version, busy: &HashSet<u64>) -> Opti
         c.cfg.side_max_bytes,
         through,
     )?;
-    Some(side_task(
-        v,
-        TaskKind::RightAngle,
-        rows.clone(),
-        &sizer,
-        plan,
-    ))
+    let t = side_task(v, TaskKind::RightAngle, rows.clone(), &sizer, plan.clone());
+    if std::env::var_os("TIERKV_DEBUG_SIDES").is_some() {
+        let l1: u64 = t.inputs[1].1.iter().map(|t| t.meta.size_bytes).sum();
+        eprintln!(
+            "side [{:?}..{:?}) victims {} KB, L1 {} tables {} KB of {} tables; L0 {} rows {} KB",
+            String::from_utf8_lossy(&plan.lo),
+            plan.hi.as_deref().map(String::from_utf8_lossy),
+            plan.victim_bytes >> 10,
+            t.inputs[1].1.len(),
+            l1 >> 10,
+            v.levels[1].len(),
+            rows.len(),
+            Container::container_bytes(v) >> 10
+        );
+    }
+    Some(t)
 }
 
 /// Chooses the key range of a side starting at `cursor` (steps 1, 2, 4).
@@ -104,7 +115,14 @@ pub fn plan_side(
                 hi = Some(from);
                 break;
             }
-            // Cut inside this range at about the upper bound.
+            if table.is_some() {
+                // Never cut an L1 table's range: the table would be
+                // rewritten again by the next side.
+                acc += bytes;
+                hi = rhi.clone();
+                break;
+            }
+            // Cut a gap at about the upper bound.
             match sizer.split(&from, rhi.as_deref(), max_bytes - acc) {
                 Some(cut) => {
                     acc += sizer.bytes(&from, Some(&cut));

@@ -706,9 +706,13 @@ impl InternalIterator for RowIter {
 
 /// Where a row's pages come from.
 pub trait PageSource {
-    /// A run of between `min` and `want` pages (`min <= want`), waiting for
-    /// space if needed; an error if none comes.
+    /// A run of between `min` and `want` pages (`min <= want`) for values,
+    /// waiting for space if needed; an error if none comes.
     fn alloc(&self, want: u64, min: u64) -> Result<PageRun>;
+    /// A run of exactly `pages` pages for the metadata.
+    fn alloc_meta(&self, pages: u64) -> Result<PageRun> {
+        self.alloc(pages, pages)
+    }
     /// Gives back a run (or the tail of one) never published.
     fn free(&self, run: PageRun) -> Result<()>;
 }
@@ -909,7 +913,7 @@ fn build_inner(
     }
     let meta_len = HEADER_BYTES + ext_bytes.len() + elems.len() + keys.len();
     let meta_pages = (meta_len as u64).div_ceil(PAGE);
-    let meta_run = p.pages.alloc(meta_pages, meta_pages)?;
+    let meta_run = p.pages.alloc_meta(meta_pages)?;
     runs.insert(0, meta_run);
     let m = meta_run.first * PAGE;
     let mut crc = crc32c::crc32c(&ext_bytes);
