@@ -22,6 +22,17 @@
 //! sizes with K/M/G; default size 64M), `pick`, `busy <id,...>`,
 //! `apply` (replace the last pick's inputs by one output table at the output
 //! level), `scores`, `write-control [imm=N]`, `pending`.
+//!
+//! PM container designs (`define design=triangle` or `design=matrix`, with
+//! `pm=` the simulated PM tier, `mem=` the memtable size, `limit=` the
+//! container limit): L0 tables are real RowTables built in the simulated
+//! region, `lo-hi[*count][@seq][:bytes]` — `count` keys (default 8) of the
+//! length of `lo`, evenly spaced from `lo` to `hi` in base 26, holding
+//! `bytes` of values in all (default 64K), seqnos up to `seq`, built
+//! oldest first with forward pointers into the previous row. `apply` of a
+//! side applies the design's own container edit (consumed range, freed
+//! extents, deleted rows) and replaces the L1 inputs by one table;
+//! `row <spec>` flushes one more row on top of L0.
 //! Regenerate expected outputs with `TIERKV_REGENERATE=1 cargo test --test picker_golden`.
 
 use std::collections::HashSet;
@@ -29,23 +40,100 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use tierkv::db::pm::PmTier;
 use tierkv::design::classic::Classic;
+use tierkv::design::matrix::Matrix;
+use tierkv::design::triangle::container::{
+    side_edit, victim_windows, Container, ContainerState, SidePlan,
+};
+use tierkv::design::triangle::rowtable::{self, BuildParams, PageSource, RowTable};
+use tierkv::design::triangle::Triangle;
 use tierkv::design::{Design, Task, TaskKind};
 use tierkv::key::{make_internal_key, Kind};
+use tierkv::memtable::MemTable;
 use tierkv::sst::TableCounters;
 use tierkv::stats::Tier;
 use tierkv::storage::mem::MemFs;
+use tierkv::storage::sim::SimRegion;
+use tierkv::storage::PmRegion;
+use tierkv::version::edit::PageRun;
 use tierkv::version::edit::{TableFormat, TableMeta};
 use tierkv::version::{TableContext, TableHandle, Version};
-use tierkv::Options;
+use tierkv::{Options, Preset};
+
+/// A PM container design under test.
+enum PmDesign {
+    Triangle(Arc<Triangle>),
+    Matrix(Arc<Matrix>),
+}
+
+impl PmDesign {
+    fn container(&self) -> &Container {
+        match self {
+            PmDesign::Triangle(t) => t.container(),
+            PmDesign::Matrix(m) => m.container(),
+        }
+    }
+}
+
+struct Pm {
+    design: PmDesign,
+    tier: Arc<PmTier>,
+}
+
+struct Pages<'a>(&'a PmTier);
+
+impl PageSource for Pages<'_> {
+    fn alloc(&self, want: u64, min: u64) -> tierkv::Result<PageRun> {
+        let mut n = want;
+        loop {
+            if let Some(r) = self.0.allocator().alloc(n)? {
+                return Ok(r);
+            }
+            assert!(n > min, "simulated PM tier full");
+            n = (n / 2).max(min);
+        }
+    }
+    fn free(&self, run: PageRun) -> tierkv::Result<()> {
+        self.0.free_pages(run)
+    }
+}
 
 struct Script {
-    design: Box<dyn Design>,
+    design: Arc<dyn Design>,
+    pm: Option<Pm>,
     version: Version,
     busy: HashSet<u64>,
     last: Option<Task>,
     next_id: u64,
     ctx: Arc<TableContext>,
+}
+
+/// Base-26 value of a lowercase key.
+fn key_value(k: &str) -> u64 {
+    k.bytes().fold(0, |v, b| v * 26 + u64::from(b - b'a'))
+}
+
+/// A user key for display: printable ASCII as is, other bytes as `\xNN`.
+fn show_key(k: &[u8]) -> String {
+    k.iter()
+        .map(|&b| {
+            if b.is_ascii_graphic() {
+                (b as char).to_string()
+            } else {
+                format!("\\x{b:02x}")
+            }
+        })
+        .collect()
+}
+
+fn key_of(mut v: u64, len: usize) -> String {
+    let mut b = vec![b'a'; len];
+    for c in b.iter_mut().rev() {
+        *c = b'a' + (v % 26) as u8;
+        v /= 26;
+    }
+    String::from_utf8(b).expect("ascii")
 }
 
 fn parse_size(s: &str) -> u64 {
@@ -71,7 +159,8 @@ fn fmt_size(b: u64) -> String {
 impl Script {
     fn new() -> Script {
         Script {
-            design: Box::new(Classic::new(&Options::default())),
+            design: Arc::new(Classic::new(&Options::default())),
+            pm: None,
             version: Version::empty(7),
             busy: HashSet::new(),
             last: None,
@@ -116,6 +205,106 @@ impl Script {
         )
     }
 
+    /// A RowTable built from `lo-hi[*count][@seq][:bytes]` with forward
+    /// pointers into `pred`.
+    fn row(&mut self, spec: &str, pred: Option<&RowTable>) -> Arc<TableHandle> {
+        let (spec, bytes) = match spec.split_once(':') {
+            Some((r, s)) => (r, parse_size(s)),
+            None => (spec, 64 << 10),
+        };
+        let (spec, seq) = match spec.split_once('@') {
+            Some((r, s)) => (r, s.parse::<u64>().expect("seq")),
+            None => (spec, self.next_id * 100),
+        };
+        let (range, count) = match spec.split_once('*') {
+            Some((r, c)) => (r, c.parse::<u64>().expect("count")),
+            None => (spec, 8),
+        };
+        let (lo, hi) = range.split_once('-').expect("range a-b");
+        assert_eq!(lo.len(), hi.len(), "row keys of one length");
+        let (a, b) = (key_value(lo), key_value(hi));
+        let mem = Arc::new(MemTable::new(0));
+        let vlen = (bytes / count) as usize;
+        for i in 0..count {
+            let k = key_of(a + (b - a) * i / (count - 1).max(1), lo.len());
+            mem.add(
+                seq - count + 1 + i,
+                Kind::Put,
+                k.as_bytes(),
+                &vec![b'v'; vlen],
+            );
+        }
+        let pm = self.pm.as_ref().expect("PM design");
+        let c = pm.design.container();
+        let built = rowtable::build(
+            &BuildParams {
+                region: pm.tier.region(),
+                pages: &Pages(&pm.tier),
+                extent_pages: c.cfg.extent_pages,
+                pred,
+                entries_hint: count as usize,
+                key_bytes_hint: 0,
+            },
+            &mut mem.iter(),
+        )
+        .expect("build row");
+        let id = self.next_id;
+        self.next_id += 1;
+        TableHandle::new(
+            TableMeta {
+                id,
+                tier: Tier::Pm,
+                format: TableFormat::RowTable,
+                size_bytes: built.size_bytes,
+                smallest: built.smallest,
+                largest: built.largest,
+                seq_min: built.seq_min,
+                seq_max: built.seq_max,
+                entries: built.entries,
+                deletions: built.deletions,
+                pm_pages: built.runs,
+            },
+            Arc::clone(&self.ctx),
+        )
+    }
+
+    fn show_container(&self) -> String {
+        let Some(pm) = &self.pm else {
+            return String::new();
+        };
+        let st = match ContainerState::of(&self.version) {
+            Ok(st) => st,
+            Err(e) => return format!("container: {e}\n"),
+        };
+        let mut s = String::from("container:");
+        if let Some(c) = &st.cursor {
+            let _ = write!(s, " cursor={}", show_key(c));
+        }
+        if st.compactor_seq > 0 {
+            let _ = write!(s, " compactor<={}", st.compactor_seq);
+        }
+        for (i, step) in st.steps.iter().enumerate() {
+            if step.through == 0 {
+                continue;
+            }
+            let end = st
+                .steps
+                .get(i + 1)
+                .map_or("∞".to_string(), |n| show_key(&n.start));
+            let _ = write!(s, " [{}..{end})<={}", show_key(&step.start), step.through);
+        }
+        for (seq, fki) in &st.first_key_index {
+            let _ = write!(s, " fki(@{seq})={fki}");
+        }
+        let _ = write!(
+            s,
+            " free={}",
+            fmt_size(pm.tier.allocator().free_pages() * 4096)
+        );
+        s.push('\n');
+        s
+    }
+
     fn show_version(&self) -> String {
         let mut s = String::new();
         for (l, tables) in self.version.levels.iter().enumerate() {
@@ -133,12 +322,16 @@ impl Script {
                     t.meta.seq_max,
                     fmt_size(t.meta.size_bytes)
                 );
+                if t.meta.tier == Tier::Pm {
+                    let _ = write!(s, "/{}runs", t.meta.pm_pages.len());
+                }
             }
             s.push('\n');
         }
         if s.is_empty() {
             s.push_str("empty\n");
         }
+        s.push_str(&self.show_container());
         s
     }
 
@@ -157,6 +350,20 @@ impl Script {
             );
         }
         let _ = write!(s, " -> L{}", t.output_level);
+        if let Some(p) = SidePlan::of(t) {
+            let _ = write!(
+                s,
+                " side [{}..{}) rows<={} L0 {} next={}",
+                show_key(&p.lo),
+                p.hi.as_deref().map_or("∞".into(), show_key),
+                p.through,
+                fmt_size(p.victim_bytes),
+                p.next_cursor.as_deref().map_or("start".into(), show_key)
+            );
+            if p.compactor_seq > 0 {
+                let _ = write!(s, " compactor<={}", p.compactor_seq);
+            }
+        }
         if !t.grandparents.is_empty() {
             let ids: Vec<String> = t
                 .grandparents
@@ -176,8 +383,14 @@ impl Script {
         match name {
             "define" => {
                 let mut o = Options::default();
+                let mut pm_bytes = 16u64 << 20;
+                let mut design = Preset::Classic;
                 for (k, v) in &args {
                     match *k {
+                        "design" => design = Preset::from_name(v).expect("design"),
+                        "pm" => pm_bytes = parse_size(v),
+                        "mem" => o.memtable_size_bytes = parse_size(v) as usize,
+                        "limit" => o.pm_container_limit_bytes = parse_size(v),
                         "l0_trigger" => o.l0_compaction_trigger = v.parse().expect("n"),
                         "l0_slowdown" => o.l0_slowdown_trigger = v.parse().expect("n"),
                         "l0_stop" => o.l0_stop_trigger = v.parse().expect("n"),
@@ -190,17 +403,80 @@ impl Script {
                         other => panic!("unknown define option {other}"),
                     }
                 }
-                self.design = Box::new(Classic::new(&o));
+                self.ctx = Arc::new(TableContext::new(
+                    Arc::new(MemFs::new()),
+                    PathBuf::from("/golden"),
+                    None,
+                    TableCounters::default(),
+                    true,
+                ));
+                self.pm = None;
+                o.design = design;
+                if design.needs_pm() {
+                    if !args.iter().any(|(k, _)| *k == "mem") {
+                        o.memtable_size_bytes = 64 << 10;
+                    }
+                    let sim: Arc<dyn PmRegion> = Arc::new(SimRegion::new(pm_bytes as usize));
+                    o.pm_region = Some(sim);
+                    o.pm_size_bytes = pm_bytes;
+                    let tier = Arc::new(PmTier::open(&o).expect("PM tier"));
+                    let (pmd, d): (PmDesign, Arc<dyn Design>) = match design {
+                        Preset::Triangle => {
+                            let t = Arc::new(Triangle::new(&o, Arc::clone(&tier)).expect("design"));
+                            (PmDesign::Triangle(Arc::clone(&t)), t)
+                        }
+                        Preset::Matrix => {
+                            let m = Arc::new(Matrix::new(&o, Arc::clone(&tier)).expect("design"));
+                            (PmDesign::Matrix(Arc::clone(&m)), m)
+                        }
+                        other => panic!("no golden support for {other}"),
+                    };
+                    d.install(&self.ctx);
+                    self.design = d;
+                    self.pm = Some(Pm { design: pmd, tier });
+                } else {
+                    self.design = Arc::new(Classic::new(&o));
+                }
                 self.version = Version::empty(o.level_count);
                 self.busy.clear();
                 self.next_id = 1;
+                let mut rows: Vec<&str> = Vec::new();
                 for line in input {
                     let (level, tables) = line.split_once(':').expect("L<n>: tables");
                     let level: usize = level.trim().trim_start_matches('L').parse().expect("level");
                     for spec in tables.split_whitespace() {
+                        if level == 0 && self.pm.is_some() {
+                            rows.push(spec);
+                            continue;
+                        }
                         let t = self.table(spec);
                         self.version.levels[level].push(t);
                     }
+                }
+                // Rows oldest first, each pointing into the one before.
+                let seq_of = |spec: &str| {
+                    spec.split_once('@').map(|(_, s)| {
+                        s.split(':')
+                            .next()
+                            .unwrap_or(s)
+                            .parse::<u64>()
+                            .expect("seq")
+                    })
+                };
+                rows.sort_by_key(|r| seq_of(r));
+                let mut pred: Option<Arc<RowTable>> = None;
+                for spec in rows {
+                    let t = self.row(spec, pred.as_deref());
+                    pred = Some(
+                        self.pm
+                            .as_ref()
+                            .expect("pm")
+                            .design
+                            .container()
+                            .row(&t.meta)
+                            .expect("open row"),
+                    );
+                    self.version.levels[0].push(t);
                 }
                 self.resort();
                 self.show_version()
@@ -216,6 +492,23 @@ impl Script {
                     "none\n".into()
                 }
             },
+            "row" => {
+                // A flush into the container: a new newest row.
+                let pred = self.version.levels[0].first().map(|t| {
+                    self.pm
+                        .as_ref()
+                        .expect("PM design")
+                        .design
+                        .container()
+                        .row(&t.meta)
+                        .expect("open row")
+                });
+                let spec = cmd.split_whitespace().nth(1).expect("row spec");
+                let t = self.row(spec, pred.as_deref());
+                self.version.levels[0].push(t);
+                self.resort();
+                self.show_version()
+            }
             "busy" => {
                 self.busy = input
                     .iter()
@@ -229,6 +522,9 @@ impl Script {
                 let Some(task) = self.last.take() else {
                     return "nothing picked\n".into();
                 };
+                if let Some(plan) = SidePlan::of(&task) {
+                    return self.apply_side(&task, &plan);
+                }
                 let mut bytes = 0;
                 let mut lo: Option<Vec<u8>> = None;
                 let mut hi: Option<Vec<u8>> = None;
@@ -279,6 +575,77 @@ impl Script {
             "debt" => format!("{}\n", self.design.debt(&self.version)),
             other => panic!("unknown command {other}"),
         }
+    }
+
+    /// Applies a side the way its job would: the design's container edit,
+    /// and one L1 table for the merged victims and L1 inputs.
+    fn apply_side(&mut self, task: &Task, plan: &SidePlan) -> String {
+        let pm = self.pm.as_ref().expect("side of a PM design");
+        let c = pm.design.container();
+        let state = ContainerState::of(&self.version).expect("state");
+        let mut lo: Option<Vec<u8>> = None;
+        let mut hi: Option<Vec<u8>> = None;
+        let mut widen = |a: &[u8], b: &[u8]| {
+            if lo.as_deref().is_none_or(|x| a < x) {
+                lo = Some(a.to_vec());
+            }
+            if hi.as_deref().is_none_or(|x| b > x) {
+                hi = Some(b.to_vec());
+            }
+        };
+        for t in &task.inputs[0].1 {
+            if t.meta.seq_max > plan.through {
+                continue;
+            }
+            let r = c.row(&t.meta).expect("row");
+            let w = victim_windows(&state, &r, plan);
+            if let (Some(first), Some(last)) = (w.first(), w.last()) {
+                widen(r.user_key(first.0), r.user_key(last.1 - 1));
+            }
+        }
+        let mut bytes = plan.victim_bytes;
+        let mut edit_l1 = Vec::new();
+        for t in &task.inputs[1].1 {
+            widen(t.smallest_user_key(), t.largest_user_key());
+            bytes += t.meta.size_bytes;
+            edit_l1.push((1u32, t.meta.id));
+        }
+        let next_id = &mut self.next_id;
+        let mut ids = || {
+            let id = *next_id;
+            *next_id += 1;
+            id
+        };
+        let mut edit =
+            side_edit(&self.version, &state, plan, &|m| c.row(m), &mut ids).expect("side edit");
+        edit.deleted_tables.extend(edit_l1);
+        if let (Some(lo), Some(hi)) = (lo, hi) {
+            let id = ids();
+            edit.new_tables.push((
+                1,
+                TableMeta {
+                    id,
+                    tier: Tier::Ssd,
+                    format: TableFormat::Sst,
+                    size_bytes: bytes,
+                    smallest: make_internal_key(&lo, plan.through, Kind::Put),
+                    largest: make_internal_key(&hi, plan.through, Kind::Put),
+                    seq_min: plan.through,
+                    seq_max: plan.through,
+                    entries: 1,
+                    deletions: 0,
+                    pm_pages: Vec::new(),
+                },
+            ));
+        }
+        self.version = self.version.apply(&edit, &self.ctx).expect("apply");
+        // Released runs go back as the engine would release them.
+        for m in std::mem::take(&mut *self.ctx.obsolete.lock()) {
+            for run in m.pm_pages {
+                pm.tier.free_pages(run).expect("free");
+            }
+        }
+        self.show_version()
     }
 
     fn resort(&mut self) {

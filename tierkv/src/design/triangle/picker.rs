@@ -60,22 +60,13 @@ pub fn pick_right_angle(c: &Container, v: &Version, busy: &HashSet<u64>) -> Opti
         c.cfg.side_max_bytes,
         through,
     )?;
-    let t = side_task(v, TaskKind::RightAngle, rows.clone(), &sizer, plan.clone());
-    if std::env::var_os("TIERKV_DEBUG_SIDES").is_some() {
-        let l1: u64 = t.inputs[1].1.iter().map(|t| t.meta.size_bytes).sum();
-        eprintln!(
-            "side [{:?}..{:?}) victims {} KB, L1 {} tables {} KB of {} tables; L0 {} rows {} KB",
-            String::from_utf8_lossy(&plan.lo),
-            plan.hi.as_deref().map(String::from_utf8_lossy),
-            plan.victim_bytes >> 10,
-            t.inputs[1].1.len(),
-            l1 >> 10,
-            v.levels[1].len(),
-            rows.len(),
-            Container::container_bytes(v) >> 10
-        );
-    }
-    Some(t)
+    Some(side_task(
+        v,
+        TaskKind::RightAngle,
+        rows.clone(),
+        &sizer,
+        plan,
+    ))
 }
 
 /// Chooses the key range of a side starting at `cursor` (steps 1, 2, 4).
