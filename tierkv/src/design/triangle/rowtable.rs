@@ -35,8 +35,9 @@
 //! 32  8  prev_seq_max (0: none)   20  4  crc32c of the used bytes
 //! 40  4  entry count n
 //! 44  4  prev entry count         element (32 bytes)
-//! 48  4  extent count x            0  8  key prefix: first 8 user-key bytes
-//! 52  4  key area bytes K                 as a big-endian number, zero padded
+//! 48  4  extent count x            0  8  key prefix: the first 8 user-key
+//! 52  4  key area bytes K                 bytes, zero padded (compared as
+//!                                         a big-endian number)
 //! 56  8  value bytes               8  4  key offset in the key area
 //! 64  4  meta crc: crc32c of      12  4  internal key length (>= 8)
 //!        bytes 80 .. 80+24x+32n+K 16  4  value page (absolute page number)
@@ -46,35 +47,42 @@
 //! 76  4  reserved, 0              28  4  forward pointer
 //! ```
 //!
-//! All integers are little-endian. `prev_seq_max` names the preceding row
+//! All integers are little-endian (the key prefix is raw key bytes). `prev_seq_max` names the preceding row
 //! (rows are identified by their largest seqno, unique because memtables
 //! have disjoint seqno ranges) and `prev entry count` its length, so a
 //! reader uses the forward pointers only when the next older row of the
 //! version *is* that row. A value of length 0 (a tombstone or an empty
 //! value) has page 0, offset 0 and lives in no extent.
 //!
-//! Worked example (the unit test `worked_example` builds it): a row with
-//! seqnos 5..=7 holding `apple@7 = "red"`, `apple@5 = "green"` (an older
-//! version kept for a snapshot) and `kiwi@6` deleted, flushed into a fresh
-//! 64 KiB region (data pages start at page 2), with no predecessor. The
-//! values go first: one extent at page 2 (`redgreen`, 8 bytes used), the
-//! unused tail of the extent is given back; then the metadata run at page
-//! 3: 80 + 24 + 3 × 32 + (13 + 13 + 12) = 238 bytes:
+//! Worked example (the unit test `worked_example` checks it byte for
+//! byte): a row with seqnos 5..=7 holding `apple@7 = "red"`, `apple@5 =
+//! "green"` (an older version kept for a snapshot) and `kiwi@6` deleted,
+//! flushed into a fresh 64 KiB region (data pages start at page 2) with no
+//! predecessor and one-page extents. The values go first, into one extent
+//! at page 2 (8 bytes used); then the metadata run at page 3 holds 80 +
+//! 24 + 3 × 32 + (13 + 13 + 12) = 238 bytes:
 //!
 //! ```text
-//! 0x2000  72 65 64 67 72 65 65 6e                 "redgreen"
-//! 0x3000  "RowTable" 01000000 50000000            magic, version 1, 80
-//! 0x3010  05.. (seq_min 5) 07.. (seq_max 7)
-//! 0x3020  00.. (no predecessor) 03000000 00000000  n = 3, prev n = 0
-//! 0x3030  01000000 26000000 08..                  x = 1, K = 38, 8 value bytes
-//! 0x3040  meta crc, 0, header crc, 0
-//! 0x3050  02.. 01000000 00000000 08000000 <crc>   extent: page 2, 1 page, 8 used
-//! 0x3068  element 0: 6170706c65000000 (prefix "apple")  key 0, len 13,
-//!         page 2, len 3, offset 0, fwd 0
-//! 0x3088  element 1: prefix "apple", key 13, len 13, page 2, len 5, offset 3
-//! 0x30a8  element 2: 6b69776900000000 ("kiwi"), key 26, len 12, page 0,
-//!         len 0, offset 0
-//! 0x30c8  key area: "apple" 01 07.. | "apple" 01 05.. | "kiwi" 00 06..
+//! 2000  72 65 64 67 72 65 65 6e                          "redgreen"
+//! 3000  52 6f 77 54 61 62 6c 65 01 00 00 00 50 00 00 00  "RowTable", v1, 80
+//! 3010  05 00 00 00 00 00 00 00 07 00 00 00 00 00 00 00  seq_min 5, seq_max 7
+//! 3020  00 00 00 00 00 00 00 00 03 00 00 00 00 00 00 00  no predecessor; n 3
+//! 3030  01 00 00 00 26 00 00 00 08 00 00 00 00 00 00 00  x 1, K 38, 8 value bytes
+//! 3040  42 a2 0e 3b 00 00 00 00 48 86 04 87 00 00 00 00  meta crc, header crc
+//! 3050  02 00 00 00 00 00 00 00 01 00 00 00 00 00 00 00  extent: page 2, 1 page,
+//! 3060  08 00 00 00 38 4d 97 9d                          entry 0, 8 used, crc
+//! 3068                          61 70 70 6c 65 00 00 00  element 0: "apple"
+//! 3070  00 00 00 00 0d 00 00 00 02 00 00 00 03 00 00 00   key 0+13, page 2, 3 bytes
+//! 3080  00 00 00 00 00 00 00 00                           at 0, fwd 0
+//! 3088                          61 70 70 6c 65 00 00 00  element 1: "apple"
+//! 3090  0d 00 00 00 0d 00 00 00 02 00 00 00 05 00 00 00   key 13+13, page 2, 5 bytes
+//! 30a0  03 00 00 00 00 00 00 00                           at 3, fwd 0
+//! 30a8                          6b 69 77 69 00 00 00 00  element 2: "kiwi"
+//! 30b0  1a 00 00 00 0c 00 00 00 00 00 00 00 00 00 00 00   key 26+12, no value
+//! 30c0  00 00 00 00 00 00 00 00
+//! 30c8                          61 70 70 6c 65 01 07 00  keys: apple (Put, 7),
+//! 30d0  00 00 00 00 00 61 70 70 6c 65 01 05 00 00 00 00  apple (Put, 5),
+//! 30e0  00 00 6b 69 77 69 00 06 00 00 00 00 00 00        kiwi (Delete, 6)
 //! ```
 //!
 //! # Crash consistency
@@ -530,7 +538,7 @@ impl RowTable {
     /// Key prefix of element `i`.
     #[inline]
     pub fn prefix(&self, i: usize) -> u64 {
-        u64::from_le_bytes(self.elem(i)[0..8].try_into().unwrap_or([0; 8]))
+        u64::from_be_bytes(self.elem(i)[0..8].try_into().unwrap_or([0; 8]))
     }
 
     /// Internal key of element `i`.
@@ -878,7 +886,7 @@ fn build_inner(
                 pred_pos += 1;
             }
         }
-        elems.extend_from_slice(&probe.prefix.to_le_bytes());
+        elems.extend_from_slice(&probe.prefix.to_be_bytes());
         elems.extend_from_slice(&(keys.len() as u32).to_le_bytes());
         elems.extend_from_slice(&(ik.len() as u32).to_le_bytes());
         elems.extend_from_slice(&(page as u32).to_le_bytes());
@@ -1059,9 +1067,22 @@ mod tests {
         assert_eq!(t.prefix(2), key_prefix(b"kiwi"));
         assert_eq!(
             region.slice(0x3068, 8).unwrap(),
-            &0x6170706c65000000u64.to_le_bytes()
+            b"apple\0\0\0"
         );
         assert_eq!((b.entries, b.deletions, b.size_bytes), (3, 1, 8192));
+        // Byte-exact, as docs/format/pm.md shows it.
+        let hex = "526f775461626c65010000005000000005000000000000000700000000000000\
+                   0000000000000000030000000000000001000000260000000800000000000000\
+                   42a20e3b00000000488604870000000002000000000000000100000000000000\
+                   08000000384d979d6170706c65000000000000000d0000000200000003000000\
+                   00000000000000006170706c650000000d0000000d0000000200000005000000\
+                   03000000000000006b697769000000001a0000000c0000000000000000000000\
+                   00000000000000006170706c6501070000000000006170706c65010500000000\
+                   00006b6977690006000000000000";
+        let want: Vec<u8> = (0..hex.len() / 2)
+            .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+            .collect();
+        assert_eq!(region.slice(0x3000, 238).unwrap(), want.as_slice());
         assert_eq!(t.get(b"apple", 6).unwrap().unwrap().value, b"green");
         assert_eq!(t.get(b"apple", 9).unwrap().unwrap().value, b"red");
         assert_eq!(t.get(b"kiwi", 9).unwrap().unwrap().kind, Kind::Delete);
