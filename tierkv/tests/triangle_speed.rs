@@ -11,8 +11,11 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tierkv::{Db, Options, Preset};
 
+/// db_bench's key format: the number big-endian, padded to 16 bytes.
 fn key(i: u64) -> Vec<u8> {
-    format!("{:016}", i).into_bytes()
+    let mut k = i.to_be_bytes().to_vec();
+    k.resize(16, b'0');
+    k
 }
 
 fn run(preset: Preset, hints: bool, mb: u64) {
@@ -105,4 +108,64 @@ fn speed_sanity() {
     run(Preset::Matrix, true, mb);
     run(Preset::Triangle, true, mb);
     run(Preset::Triangle, false, mb);
+}
+
+/// L0 point reads with and without cross-row hints: a container of many
+/// rows (no compaction), gets of keys that live in the container.
+#[test]
+#[ignore]
+fn l0_reads_with_and_without_hints() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pm = tempfile::tempdir_in("/dev/shm").expect("shm");
+    let rows = 40u64;
+    let per_row = 20_000u64;
+    let options = |hints: bool| Options {
+        design: Preset::Triangle,
+        memtable_size_bytes: 4 << 20,
+        pm_dir: Some(pm.path().to_path_buf()),
+        pm_size_bytes: 512 << 20,
+        pm_container_limit_bytes: 1 << 40,
+        pm_hints: hints,
+        ..Options::default()
+    };
+    {
+        let db = Db::open(dir.path(), options(true)).expect("open");
+        let mut rng = SmallRng::seed_from_u64(3);
+        for _ in 0..rows {
+            for _ in 0..per_row {
+                db.put(&key(rng.gen_range(0..1_000_000_000)), b"v")
+                    .expect("put");
+            }
+            db.flush().expect("flush");
+        }
+        eprintln!(
+            "rows in L0: {}",
+            db.property("tierkv.num-files-at-level0")
+                .unwrap_or_default()
+        );
+    }
+    for hints in [true, false, true, false] {
+        let db = Db::open(dir.path(), options(hints)).expect("open");
+        let mut rng = SmallRng::seed_from_u64(3);
+        let keys: Vec<Vec<u8>> = (0..rows * per_row)
+            .map(|_| key(rng.gen_range(0..1_000_000_000)))
+            .collect();
+        let mut pick = SmallRng::seed_from_u64(9);
+        // Warm up (resolve the view), then time.
+        for k in keys.iter().take(1000) {
+            db.get(k).expect("get");
+        }
+        let n = 200_000;
+        let t = Instant::now();
+        let mut found = 0;
+        for _ in 0..n {
+            let k = &keys[pick.gen_range(0..keys.len())];
+            found += usize::from(db.get(k).expect("get").is_some());
+        }
+        let el = t.elapsed();
+        eprintln!(
+            "hints={hints:<5} {:>9.0} gets/s ({found} found)",
+            n as f64 / el.as_secs_f64()
+        );
+    }
 }

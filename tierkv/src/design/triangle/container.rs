@@ -1049,25 +1049,15 @@ impl Container {
             .flat_map(|(_, ts)| ts.iter().cloned())
             .collect();
         let input_ids: HashSet<u64> = l1_inputs.iter().map(|t| t.meta.id).collect();
-        let mut children: Vec<Box<dyn InternalIterator>> = runs
+        let runs: Vec<Arc<Vec<(u32, u32)>>> = runs
             .into_iter()
             .filter(|r| !r.is_empty())
-            .map(|r| {
-                Box::new(CollectedIter {
-                    rows: readers.clone(),
-                    entries: r,
-                    pos: usize::MAX,
-                }) as Box<dyn InternalIterator>
-            })
+            .map(Arc::new)
             .collect();
-        if !l1_inputs.is_empty() {
-            children.push(Box::new(LevelIterator::new(l1_inputs.clone(), false)));
-        }
         let mut edit = VersionEdit::default();
-        if !children.is_empty() {
-            let merged = MergingIterator::new(children);
-            // Segments: the key space minus the L1 tables that are not
-            // inputs (those inside the span of the victims and the inputs).
+        if !runs.is_empty() || !l1_inputs.is_empty() {
+            // Fences: the L1 tables that are not inputs, inside the span of
+            // the victims and the inputs; outputs never span one.
             let span_lo = l1_inputs
                 .first()
                 .map_or(plan.lo.as_slice(), |t| t.smallest_user_key().min(&plan.lo))
@@ -1088,28 +1078,61 @@ impl Container {
                     )
                 })
                 .collect();
-            let mut seg = Segmented {
-                inner: merged,
-                lo: Vec::new(),
-                hi: None,
-                valid: false,
-            };
-            let spec = OutputSpec {
-                level: 1,
-                target_size_bytes: self.cfg.sst_size_bytes,
+            // The merge runs on up to k threads, each over one part of the
+            // key space (cut at victim keys; all versions of a key stay in
+            // one part, so the dropping rules see them together).
+            let cuts = part_cuts(&readers, &runs, k);
+            let mut parts: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::with_capacity(cuts.len() + 1);
+            let mut lo: Vec<u8> = Vec::new();
+            for c in cuts {
+                parts.push((std::mem::replace(&mut lo, c.clone()), Some(c)));
+            }
+            parts.push((lo, None));
+            let job = SideMerge {
+                env,
+                readers: &readers,
+                runs: &runs,
+                l1_inputs: &l1_inputs,
+                fences: &fences,
                 grandparents: &task.grandparents,
-                may_drop_tombstones: true,
+                sst_size_bytes: self.cfg.sst_size_bytes,
             };
-            let mut start: Vec<u8> = Vec::new();
-            for i in 0..=fences.len() {
-                seg.lo = start.clone();
-                seg.hi = fences.get(i).map(|f| f.0.clone());
-                for m in merge_to_ssts(env, &mut seg, &spec)? {
-                    edit.new_tables.push((1, m));
+            let results: Vec<Result<Vec<TableMeta>>> = if parts.len() > 1 {
+                std::thread::scope(|sc| {
+                    let hs: Vec<_> = parts.iter().map(|p| sc.spawn(|| job.part(p))).collect();
+                    hs.into_iter()
+                        .map(|h| {
+                            h.join().unwrap_or_else(|_| {
+                                Err(Error::InvalidArgument(
+                                    "a side merge thread panicked".into(),
+                                ))
+                            })
+                        })
+                        .collect()
+                })
+            } else {
+                vec![job.part(&parts[0])]
+            };
+            let mut first_err: Option<Error> = None;
+            let mut outputs: Vec<TableMeta> = Vec::new();
+            for r in results {
+                match r {
+                    Ok(ms) => outputs.extend(ms),
+                    Err(e) => {
+                        first_err.get_or_insert(e);
+                    }
                 }
-                if let Some(f) = fences.get(i) {
-                    start = successor(&f.1);
+            }
+            if let Some(e) = first_err {
+                for m in &outputs {
+                    let _ = env
+                        .fs
+                        .remove(&env.dir.join(crate::sst::sst_file_name(m.id)));
                 }
+                return Err(e);
+            }
+            for m in outputs {
+                edit.new_tables.push((1, m));
             }
         }
         for t in &l1_inputs {
@@ -1280,10 +1303,119 @@ fn collect(
     out
 }
 
+/// User keys cutting a side's victims into at most `k` parts of about
+/// equal numbers of entries (quantiles of the longest collector run).
+fn part_cuts(rows: &[Arc<RowTable>], runs: &[Arc<Vec<(u32, u32)>>], k: usize) -> Vec<Vec<u8>> {
+    let Some(longest) = runs.iter().max_by_key(|r| r.len()) else {
+        return Vec::new();
+    };
+    if k < 2 || longest.len() < 2 * k {
+        return Vec::new();
+    }
+    let mut cuts: Vec<Vec<u8>> = Vec::new();
+    for i in 1..k {
+        let (r, e) = longest[longest.len() * i / k];
+        let uk = rows[r as usize].user_key(e as usize);
+        if cuts.last().is_none_or(|c| c.as_slice() < uk) && !uk.is_empty() {
+            cuts.push(uk.to_vec());
+        }
+    }
+    cuts
+}
+
+/// What every part of a side's merge shares.
+struct SideMerge<'a, 'e> {
+    env: &'a JobEnv<'e>,
+    readers: &'a [Arc<RowTable>],
+    runs: &'a [Arc<Vec<(u32, u32)>>],
+    l1_inputs: &'a [Arc<TableHandle>],
+    fences: &'a [(Vec<u8>, Vec<u8>)],
+    grandparents: &'a [Arc<TableHandle>],
+    sst_size_bytes: u64,
+}
+
+impl SideMerge<'_, '_> {
+    /// Merges the user keys `[lo, hi)` of the victims and the L1 inputs
+    /// into L1 tables, cut at every fence.
+    fn part(&self, part: &(Vec<u8>, Option<Vec<u8>>)) -> Result<Vec<TableMeta>> {
+        let (lo, hi) = (part.0.as_slice(), part.1.as_deref());
+        let mut children: Vec<Box<dyn InternalIterator>> = self
+            .runs
+            .iter()
+            .map(|r| {
+                Box::new(CollectedIter {
+                    rows: self.readers.to_vec(),
+                    entries: Arc::clone(r),
+                    pos: usize::MAX,
+                }) as Box<dyn InternalIterator>
+            })
+            .collect();
+        if !self.l1_inputs.is_empty() {
+            children.push(Box::new(LevelIterator::new(self.l1_inputs.to_vec(), false)));
+        }
+        let mut seg = Segmented {
+            inner: MergingIterator::new(children),
+            lo: Vec::new(),
+            hi: None,
+            valid: false,
+        };
+        let spec = OutputSpec {
+            level: 1,
+            target_size_bytes: self.sst_size_bytes,
+            grandparents: self.grandparents,
+            may_drop_tombstones: true,
+        };
+        let mut out = Vec::new();
+        let mut start: Vec<u8> = lo.to_vec();
+        let bounds = self
+            .fences
+            .iter()
+            .map(|f| Some(f.0.as_slice()))
+            .chain(std::iter::once(None));
+        for (i, end) in bounds.enumerate() {
+            // The segment [start, end) clipped to the part.
+            let seg_hi = match (end, hi) {
+                (Some(e), Some(h)) => Some(e.min(h)),
+                (Some(e), None) => Some(e),
+                (None, h) => h,
+            };
+            if seg_hi.is_none_or(|h| start.as_slice() < h) {
+                seg.lo = start.clone();
+                seg.hi = seg_hi.map(<[u8]>::to_vec);
+                match merge_to_ssts(self.env, &mut seg, &spec) {
+                    Ok(ms) => out.extend(ms),
+                    Err(e) => {
+                        for m in &out {
+                            let _ = self
+                                .env
+                                .fs
+                                .remove(&self.env.dir.join(crate::sst::sst_file_name(m.id)));
+                        }
+                        return Err(e);
+                    }
+                }
+            }
+            match self.fences.get(i) {
+                Some(f) => {
+                    let next = successor(&f.1);
+                    if next.as_slice() > start.as_slice() {
+                        start = next;
+                    }
+                }
+                None => break,
+            }
+            if hi.is_some_and(|h| start.as_slice() >= h) {
+                break;
+            }
+        }
+        Ok(out)
+    }
+}
+
 /// Iterator over one collector's run.
 struct CollectedIter {
     rows: Vec<Arc<RowTable>>,
-    entries: Vec<(u32, u32)>,
+    entries: Arc<Vec<(u32, u32)>>,
     /// `usize::MAX` or `>= len`: not valid.
     pos: usize,
 }

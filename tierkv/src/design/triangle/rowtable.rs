@@ -1065,10 +1065,7 @@ mod tests {
         assert_eq!(t.ikey(0), make_internal_key(b"apple", 7, Kind::Put));
         assert_eq!(t.value(1), b"green");
         assert_eq!(t.prefix(2), key_prefix(b"kiwi"));
-        assert_eq!(
-            region.slice(0x3068, 8).unwrap(),
-            b"apple\0\0\0"
-        );
+        assert_eq!(region.slice(0x3068, 8).unwrap(), b"apple\0\0\0");
         assert_eq!((b.entries, b.deletions, b.size_bytes), (3, 1, 8192));
         // Byte-exact, as docs/format/pm.md shows it.
         let hex = "526f775461626c65010000005000000005000000000000000700000000000000\
