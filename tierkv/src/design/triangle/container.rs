@@ -49,6 +49,12 @@
 //!
 //! # Concurrency
 //!
+//! A side job gathers its victims with `k` collector threads (each merges
+//! the victim windows of some rows into a sorted run of references) and
+//! merges them with the L1 inputs on up to `k` threads, each over one part
+//! of the key range (cut at victim keys, so all versions of a key meet in
+//! one merge).
+//!
 //! Flushes are serial (the engine's contract); a side task lists every row
 //! it takes and the L1 tables it rewrites as inputs, so the engine's busy
 //! set keeps two sides, or a side and an L1→L2 compaction of the same

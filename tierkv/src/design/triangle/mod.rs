@@ -11,7 +11,9 @@
 //!   the key space, between ½·AF·S_sst and AF·S_sst of L0 data — is
 //!   gathered by `k` collector threads (`Options::pm_collector_threads`,
 //!   default min(8, background threads)), merged with the overlapped L1
-//!   tables and written to L1; the range is recorded consumed in every row
+//!   tables and written to L1 (the merge, too, runs on up to `k` threads,
+//!   each over one part of the side's key range — RocksDB's
+//!   subcompactions); the range is recorded consumed in every row
 //!   in the MANIFEST, and PM pages whose entries are all consumed are freed
 //!   once no version reads them ([`container`]). Flushes continue meanwhile.
 //! * **Write control**: writes wait only when PM is full (a `PmFull` stall).
