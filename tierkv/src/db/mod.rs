@@ -936,9 +936,13 @@ impl Inner {
             }
             if st.imms.len() + 1 >= self.opts.memtable_count_max {
                 let start = Instant::now();
+                let cause = self
+                    .design
+                    .flush_blocked(&v)
+                    .unwrap_or(StallCause::MemtableFull);
                 self.bg_cv.notify_all();
                 self.done_cv.wait_for(&mut st, Duration::from_millis(100));
-                self.stats.record_stall(start, StallCause::MemtableFull);
+                self.stats.record_stall(start, cause);
                 continue;
             }
             // Switch: the old WAL is synced so recovery always sees a prefix
@@ -1093,7 +1097,14 @@ impl Inner {
     /// Picks the next job for a thread of `role`. REQUIRES: `state` locked.
     fn next_work(&self, st: &mut State, role: Role) -> Option<Work> {
         if role != Role::Compaction && !st.flushing {
-            if let Some(m) = st.imms.front() {
+            // The design may hold flushes back while its flush target is
+            // full (vLSM's L0 queue); compactions below make room.
+            let front = st.imms.front().filter(|_| {
+                self.design
+                    .flush_blocked(&self.versions.current())
+                    .is_none()
+            });
+            if let Some(m) = front {
                 st.flushing = true;
                 return Some(Work::Flush(Arc::clone(m)));
             }
