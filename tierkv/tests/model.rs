@@ -32,6 +32,8 @@ struct Setup {
     pm_wal: bool,
     seeds: &'static [u64],
     ops: usize,
+    /// `Options::vsst` (None: the design's default).
+    vsst: Option<bool>,
 }
 
 #[derive(Debug, Clone)]
@@ -125,6 +127,12 @@ impl Harness {
             block_size_bytes: 1024,
             block_cache_bytes: 256 << 10,
             background_threads: 2,
+            // vlsm: L1 = 2 × 64 KiB, L2 = 2 × L1, a 3-SST L0 queue, so a
+            // few hundred KiB reach L2 and vSSTs are cut between 32 and 64 KiB.
+            vsst: self.setup.vsst,
+            vlsm_growth_factor: 2,
+            vlsm_phi: 2,
+            vlsm_l0_max_ssts: 3,
             ..Options::default()
         };
         if let Some(sim) = &self.sim {
@@ -412,6 +420,9 @@ fn run(setup: Setup) -> usize {
 /// One line per design and WAL placement.
 macro_rules! model_test {
     ($name:ident, $design:expr, pm_wal: $pm:expr, seeds: $seeds:expr) => {
+        model_test!($name, $design, pm_wal: $pm, seeds: $seeds, vsst: None);
+    };
+    ($name:ident, $design:expr, pm_wal: $pm:expr, seeds: $seeds:expr, vsst: $vsst:expr) => {
         #[test]
         fn $name() {
             let crashes = run(Setup {
@@ -419,6 +430,7 @@ macro_rules! model_test {
                 pm_wal: $pm,
                 seeds: $seeds,
                 ops: 4000,
+                vsst: $vsst,
             });
             eprintln!("{}: {crashes} crashes", stringify!($name));
         }
@@ -427,3 +439,5 @@ macro_rules! model_test {
 
 model_test!(classic_ssd_wal, Preset::Classic, pm_wal: false, seeds: &[1, 2, 3, 4, 5, 6]);
 model_test!(classic_pm_wal, Preset::Classic, pm_wal: true, seeds: &[11, 12, 13, 14]);
+model_test!(vlsm_ssd_wal, Preset::Vlsm, pm_wal: false, seeds: &[21, 22, 23, 24, 25, 26]);
+model_test!(classic_vsst, Preset::Classic, pm_wal: false, seeds: &[31, 32, 33], vsst: Some(true));

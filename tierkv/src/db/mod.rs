@@ -456,7 +456,8 @@ impl Db {
     }
 
     /// A named property: `tierkv.stats` (a table), `tierkv.levels`,
-    /// `tierkv.num-files-at-level<N>`, `tierkv.last-sequence`,
+    /// `tierkv.tables` (one line per table: level, id, tier, size, smallest
+    /// and largest user key), `tierkv.num-files-at-level<N>`, `tierkv.last-sequence`,
     /// `tierkv.design`; `None` for unknown names.
     pub fn property(&self, name: &str) -> Option<String> {
         let v = self.inner.versions.current();
@@ -467,6 +468,23 @@ impl Db {
                     .iter()
                     .enumerate()
                     .map(|(i, l)| format!("L{i}: {} tables, {} bytes\n", l.len(), v.level_bytes(i)))
+                    .collect(),
+            ),
+            "tierkv.tables" => Some(
+                v.levels
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(i, l)| l.iter().map(move |t| (i, t)))
+                    .map(|(i, t)| {
+                        format!(
+                            "L{i} #{} {} {} {:?} {:?}\n",
+                            t.meta.id,
+                            t.meta.tier.name(),
+                            t.meta.size_bytes,
+                            String::from_utf8_lossy(t.smallest_user_key()),
+                            String::from_utf8_lossy(t.largest_user_key())
+                        )
+                    })
                     .collect(),
             ),
             "tierkv.last-sequence" => Some(self.last_sequence().to_string()),

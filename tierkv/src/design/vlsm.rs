@@ -18,10 +18,13 @@
 //!   of [Sm, SM] with overlap ≤ f.
 //! * **L1 → L2** frees room for the next L0 SST: the L1 tables with the
 //!   lowest ratio of overlapped L2 bytes to their size, good ones only, as
-//!   many as sum to SM (poor ones in the same order only when no good one
-//!   exists, so L1 cannot grow without bound). The picked vSSTs need not be
-//!   adjacent: each group of them sharing L2 tables is merged on its own,
-//!   so no output spans L2 tables that are not inputs.
+//!   many as sum to SM. The picked vSSTs need not be adjacent: each group
+//!   of them sharing L2 tables is merged on its own, so no output spans L2
+//!   tables that are not inputs. The paper leaves open what to do when L1
+//!   has no good vSST (with uniform keys and Φ/f = 4 that is the common
+//!   case): then the run of adjacent L1 tables of SM bytes with the lowest
+//!   overlap ratio goes, as one merge — adjacent poor vSSTs share their
+//!   boundary L2 tables, scattered ones would each pull them in again.
 //! * **Ln → Ln+1** (n ≥ 2): RocksDB's min-overlapping-ratio pick, one SST.
 //! * **Order** (the chain is freed bottom-up, vLSM §2.3): when the L0 queue
 //!   is full, first L1 → L2 if L1 has no room for the oldest L0 SST, then
@@ -254,18 +257,17 @@ impl Vlsm {
             return None; // L1 is the last level
         }
         let cands = self.l1_candidates(v, busy);
-        let any_good = cands.iter().any(|c| c.good);
+        if !cands.iter().any(|c| c.good) {
+            return self.pick_l1_window(v, busy);
+        }
         let mut chosen: Vec<&L1Candidate> = Vec::new();
         let mut sum = 0u64;
-        for c in cands.iter().filter(|c| c.good || !any_good) {
+        for c in cands.iter().filter(|c| c.good) {
             if sum >= self.sst_size_bytes {
                 break;
             }
             sum += c.table.meta.size_bytes;
             chosen.push(c);
-        }
-        if chosen.is_empty() {
-            return None;
         }
         let gp_limit = self.sst_size_bytes * MAX_GRANDPARENT_OVERLAP_FACTOR;
         let l3_bytes = |t: &TableHandle| -> u64 {
@@ -309,6 +311,55 @@ impl Vlsm {
             inputs: vec![(1, l1), (2, l2)],
             output_level: 2,
             grandparents,
+            cursor: None,
+        })
+    }
+
+    /// L1 → L2 when L1 has no good vSST: the run of adjacent idle L1
+    /// tables of at least SM bytes (or up to the end of L1) whose L2
+    /// overlap per byte is the lowest, merged as one group. Adjacent tables
+    /// share the L2 tables at their boundaries, which scattered poor vSSTs
+    /// would each drag in again.
+    pub fn pick_l1_window(&self, v: &Version, busy: &HashSet<u64>) -> Option<Task> {
+        let l1 = &v.levels[1];
+        let l2 = &v.levels[2];
+        let mut prefix = Vec::with_capacity(l2.len() + 1);
+        prefix.push(0u64);
+        for t in l2 {
+            prefix.push(prefix[prefix.len() - 1] + t.meta.size_bytes);
+        }
+        // (ratio, bytes, first, end, l2 first, l2 end)
+        let mut best: Option<(f64, u64, usize, usize, usize, usize)> = None;
+        for i in 0..l1.len() {
+            let mut sum = 0u64;
+            let mut j = i;
+            while j < l1.len() && sum < self.sst_size_bytes && !busy.contains(&l1[j].meta.id) {
+                sum += l1[j].meta.size_bytes;
+                j += 1;
+            }
+            if j == i || (sum < self.sst_size_bytes && j < l1.len()) {
+                continue; // a busy table cuts the window short
+            }
+            let (lo, hi) = (l1[i].smallest_user_key(), l1[j - 1].largest_user_key());
+            let a = l2.partition_point(|t| t.largest_user_key() < lo);
+            let b = l2.partition_point(|t| t.smallest_user_key() <= hi).max(a);
+            if l2[a..b].iter().any(|t| busy.contains(&t.meta.id)) {
+                continue;
+            }
+            let ratio = (prefix[b] - prefix[a]) as f64 / sum.max(1) as f64;
+            if best.is_none_or(|(r, n, ..)| ratio < r || (ratio == r && sum > n)) {
+                best = Some((ratio, sum, i, j, a, b));
+            }
+        }
+        let (_, _, i, j, a, b) = best?;
+        let inputs_l1 = l1[i..j].to_vec();
+        let inputs_l2 = l2[a..b].to_vec();
+        let (lo, hi) = user_range(inputs_l1.iter().chain(inputs_l2.iter()));
+        Some(Task {
+            kind: TaskKind::Leveled,
+            grandparents: v.overlapping(3, Some(&lo), Some(&hi)),
+            inputs: vec![(1, inputs_l1), (2, inputs_l2)],
+            output_level: 2,
             cursor: None,
         })
     }
