@@ -43,9 +43,9 @@ fn parse_size(s: &str) -> u64 {
 fn fmt_size(b: u64) -> String {
     if b == 0 {
         "0".into()
-    } else if b % (1 << 20) == 0 {
+    } else if b & ((1 << 20) - 1) == 0 {
         format!("{}M", b >> 20)
-    } else if b % (1 << 10) == 0 {
+    } else if b & ((1 << 10) - 1) == 0 {
         format!("{}K", b >> 10)
     } else {
         format!("{b}B")
