@@ -119,13 +119,15 @@ pub struct Options {
     pub memtable_count_max: usize,
     /// Target SST size (`target_file_size_base`).
     pub sst_size_bytes: u64,
-    /// Target size of L1 (`max_bytes_for_level_base`).
+    /// Target size of L1 (`max_bytes_for_level_base`; `vlsm` ignores it:
+    /// its L1 is `vlsm_growth_factor` × `sst_size_bytes`).
     pub l1_size_bytes: u64,
     /// Growth factor between levels below L1 (`max_bytes_for_level_multiplier`).
     pub level_size_multiplier: u64,
     /// Number of levels, L0 included.
     pub level_count: usize,
-    /// L0 files that trigger an L0→L1 compaction.
+    /// L0 files that trigger an L0→L1 compaction (the three L0 triggers
+    /// are RocksDB's; `vlsm` uses `vlsm_l0_max_ssts` instead).
     pub l0_compaction_trigger: usize,
     /// L0 files at which writes are slowed down.
     pub l0_slowdown_trigger: usize,
@@ -164,7 +166,10 @@ pub struct Options {
     /// larger than f so that small SSTs do not add levels.
     pub vlsm_phi: u64,
     /// vLSM: L0 is a FIFO queue of at most this many SSTs; when it is full,
-    /// flushes wait for the oldest L0 SST to be compacted into L1.
+    /// flushes wait for the oldest L0 SST to be compacted into L1. The
+    /// paper only says "a predefined max number of SSTs, similar to
+    /// RocksDB"; the default 8 (64 MB of 8 MB SSTs, a quarter of RocksDB's
+    /// L0 at its trigger) absorbs bursts while bounding L0 reads to 8 files.
     pub vlsm_l0_max_ssts: usize,
 
     /// The file system of the SSD tier (posix by default; tests pass a

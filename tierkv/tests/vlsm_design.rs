@@ -275,3 +275,46 @@ fn vlsm_preset_defaults_follow_the_paper() {
     assert!(!c.vsst_enabled());
     assert_eq!(c.sst_size_bytes, 64 << 20);
 }
+
+#[test]
+fn vlsm_concurrent_writers_with_several_compaction_threads() {
+    let fs = MemFs::new();
+    let o = Options {
+        background_threads: 4,
+        ..opts(&fs, Preset::Vlsm)
+    };
+    let db = Arc::new(Db::open(Path::new("/db"), o.clone()).expect("open"));
+    let threads: Vec<_> = (0..4u32)
+        .map(|w| {
+            let db = Arc::clone(&db);
+            std::thread::spawn(move || {
+                let mut rng = SmallRng::seed_from_u64(u64::from(w));
+                for i in 0..8000u32 {
+                    // Writer w owns keys ≡ w (mod 4); the last value wins.
+                    let k = rng.gen_range(0..5000u32) * 4 + w;
+                    db.put(&key(k), &[(i % 251) as u8; 100]).expect("put");
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("writer");
+    }
+    db.flush().expect("flush");
+    // Replay each writer's sequence to know the final values.
+    let mut model = vec![None; 20_000];
+    for w in 0..4u32 {
+        let mut rng = SmallRng::seed_from_u64(u64::from(w));
+        for i in 0..8000u32 {
+            let k = rng.gen_range(0..5000u32) * 4 + w;
+            model[k as usize] = Some((i % 251) as u8);
+        }
+    }
+    check(&db, &model);
+    let stats = db.stats();
+    assert!(stats.compactions.iter().any(|c| c.output_level == 2));
+    let db = Arc::try_unwrap(db).ok().expect("sole owner");
+    db.close().expect("close");
+    let db = Db::open(Path::new("/db"), o).expect("reopen");
+    check(&db, &model);
+}
