@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use crate::error::Result;
-use crate::key::{Kind, SeqNo};
+use crate::key::{compare_internal, parse_internal_key, seek_key, user_key, Kind, SeqNo};
 
 /// A cursor over internal keys in [`crate::key::compare_internal`] order.
 pub trait InternalIterator: Send {
@@ -93,5 +93,430 @@ impl InternalIterator for EmptyIterator {
     }
     fn status(&self) -> Result<()> {
         self.0.clone()
+    }
+}
+
+/// Merges children into one sorted stream (duplicates kept: every version
+/// of every key appears, in internal-key order).
+///
+/// Children are few (memtables, L0 tables, one iterator per level), so the
+/// smallest/largest child is found by a linear scan.
+pub struct MergingIterator {
+    children: Vec<Box<dyn InternalIterator>>,
+    current: Option<usize>,
+    forward: bool,
+}
+
+impl MergingIterator {
+    /// A merge of `children`.
+    pub fn new(children: Vec<Box<dyn InternalIterator>>) -> Self {
+        MergingIterator {
+            children,
+            current: None,
+            forward: true,
+        }
+    }
+
+    fn find_smallest(&mut self) {
+        let mut best: Option<usize> = None;
+        for (i, c) in self.children.iter().enumerate() {
+            if c.valid() {
+                best = match best {
+                    Some(b) if compare_internal(c.key(), self.children[b].key()).is_ge() => Some(b),
+                    _ => Some(i),
+                };
+            }
+        }
+        self.current = best;
+    }
+
+    fn find_largest(&mut self) {
+        let mut best: Option<usize> = None;
+        for (i, c) in self.children.iter().enumerate().rev() {
+            if c.valid() {
+                best = match best {
+                    Some(b) if compare_internal(c.key(), self.children[b].key()).is_le() => Some(b),
+                    _ => Some(i),
+                };
+            }
+        }
+        self.current = best;
+    }
+}
+
+impl InternalIterator for MergingIterator {
+    fn valid(&self) -> bool {
+        self.current.is_some()
+    }
+    fn seek_to_first(&mut self) {
+        for c in &mut self.children {
+            c.seek_to_first();
+        }
+        self.forward = true;
+        self.find_smallest();
+    }
+    fn seek_to_last(&mut self) {
+        for c in &mut self.children {
+            c.seek_to_last();
+        }
+        self.forward = false;
+        self.find_largest();
+    }
+    fn seek(&mut self, target: &[u8]) {
+        for c in &mut self.children {
+            c.seek(target);
+        }
+        self.forward = true;
+        self.find_smallest();
+    }
+    fn next(&mut self) {
+        let Some(cur) = self.current else { return };
+        if !self.forward {
+            // Position every other child just after the current key.
+            let key = self.children[cur].key().to_vec();
+            for (i, c) in self.children.iter_mut().enumerate() {
+                if i != cur {
+                    c.seek(&key);
+                    if c.valid() && compare_internal(&key, c.key()).is_eq() {
+                        c.next();
+                    }
+                }
+            }
+            self.forward = true;
+        }
+        self.children[cur].next();
+        self.find_smallest();
+    }
+    fn prev(&mut self) {
+        let Some(cur) = self.current else { return };
+        if self.forward {
+            // Position every other child just before the current key.
+            let key = self.children[cur].key().to_vec();
+            for (i, c) in self.children.iter_mut().enumerate() {
+                if i != cur {
+                    c.seek(&key);
+                    if c.valid() {
+                        c.prev();
+                    } else {
+                        c.seek_to_last();
+                    }
+                }
+            }
+            self.forward = false;
+        }
+        self.children[cur].prev();
+        self.find_largest();
+    }
+    fn key(&self) -> &[u8] {
+        match self.current {
+            Some(i) => self.children[i].key(),
+            None => &[],
+        }
+    }
+    fn value(&self) -> &[u8] {
+        match self.current {
+            Some(i) => self.children[i].value(),
+            None => &[],
+        }
+    }
+    fn status(&self) -> Result<()> {
+        for c in &self.children {
+            c.status()?;
+        }
+        Ok(())
+    }
+}
+
+/// The user-facing iterator: resolves versions at a snapshot, hides
+/// tombstones and applies bounds (leveldb's `DBIter`).
+///
+/// In the forward direction the inner iterator is positioned *at* the
+/// current entry; in the reverse direction it is positioned just *before*
+/// all entries of the current user key, whose key and value are saved.
+pub struct DbIterator {
+    inner: Box<dyn InternalIterator>,
+    seq: SeqNo,
+    lower: Option<Vec<u8>>,
+    upper: Option<Vec<u8>>,
+    forward: bool,
+    valid: bool,
+    saved_key: Vec<u8>,
+    saved_value: Vec<u8>,
+    err: Option<crate::Error>,
+    /// Keeps the version, memtables and snapshot alive while iterating.
+    _pins: Box<dyn std::any::Any + Send>,
+}
+
+impl DbIterator {
+    /// Wraps a merged internal iterator read at snapshot `seq`, with an
+    /// inclusive lower and exclusive upper bound on user keys.
+    pub(crate) fn new(
+        inner: Box<dyn InternalIterator>,
+        seq: SeqNo,
+        lower: Option<Vec<u8>>,
+        upper: Option<Vec<u8>>,
+        pins: Box<dyn std::any::Any + Send>,
+    ) -> Self {
+        DbIterator {
+            inner,
+            seq,
+            lower,
+            upper,
+            forward: true,
+            valid: false,
+            saved_key: Vec::new(),
+            saved_value: Vec::new(),
+            err: None,
+            _pins: pins,
+        }
+    }
+
+    /// True if positioned on a key.
+    pub fn valid(&self) -> bool {
+        self.valid
+    }
+
+    /// The current user key. REQUIRES: `valid()`.
+    pub fn key(&self) -> &[u8] {
+        debug_assert!(self.valid);
+        if self.forward {
+            user_key(self.inner.key())
+        } else {
+            &self.saved_key
+        }
+    }
+
+    /// The current value. REQUIRES: `valid()`.
+    pub fn value(&self) -> &[u8] {
+        debug_assert!(self.valid);
+        if self.forward {
+            self.inner.value()
+        } else {
+            &self.saved_value
+        }
+    }
+
+    /// The first error met, if any.
+    pub fn status(&self) -> Result<()> {
+        match &self.err {
+            Some(e) => Err(e.clone()),
+            None => self.inner.status(),
+        }
+    }
+
+    fn parse(&mut self) -> Option<(SeqNo, Kind)> {
+        match parse_internal_key(self.inner.key()) {
+            Some(p) => Some((p.seq, p.kind)),
+            None => {
+                self.err = Some(crate::Error::corruption(
+                    "iterator",
+                    0,
+                    "malformed internal key",
+                ));
+                None
+            }
+        }
+    }
+
+    fn past_upper(&self, ukey: &[u8]) -> bool {
+        self.upper.as_deref().is_some_and(|u| ukey >= u)
+    }
+
+    fn before_lower(&self, ukey: &[u8]) -> bool {
+        self.lower.as_deref().is_some_and(|l| ukey < l)
+    }
+
+    /// Moves forward to the first visible entry; entries of `skip` (and
+    /// smaller keys) are hidden when `skipping`.
+    fn find_next_user_entry(&mut self, mut skipping: bool) {
+        debug_assert!(self.forward);
+        while self.inner.valid() {
+            let Some((seq, kind)) = self.parse() else {
+                self.valid = false;
+                return;
+            };
+            if seq <= self.seq {
+                let ukey = user_key(self.inner.key());
+                match kind {
+                    Kind::Delete => {
+                        self.saved_key.clear();
+                        self.saved_key.extend_from_slice(ukey);
+                        skipping = true;
+                    }
+                    Kind::Put => {
+                        if !(skipping && ukey <= self.saved_key.as_slice()) {
+                            if self.past_upper(ukey) {
+                                break;
+                            }
+                            self.valid = true;
+                            self.saved_key.clear();
+                            return;
+                        }
+                    }
+                }
+            }
+            self.inner.next();
+        }
+        self.saved_key.clear();
+        self.valid = false;
+    }
+
+    /// Moves backward to the newest visible value of the previous user key.
+    fn find_prev_user_entry(&mut self) {
+        debug_assert!(!self.forward);
+        let mut kind_found = Kind::Delete;
+        while self.inner.valid() {
+            let Some((seq, kind)) = self.parse() else {
+                self.valid = false;
+                return;
+            };
+            if seq <= self.seq {
+                let ukey = user_key(self.inner.key());
+                if kind_found != Kind::Delete && ukey < self.saved_key.as_slice() {
+                    break; // saved_key holds a live value, and we moved past it
+                }
+                kind_found = kind;
+                match kind {
+                    Kind::Delete => {
+                        self.saved_key.clear();
+                        self.saved_value.clear();
+                    }
+                    Kind::Put => {
+                        self.saved_key.clear();
+                        self.saved_key.extend_from_slice(ukey);
+                        self.saved_value.clear();
+                        self.saved_value.extend_from_slice(self.inner.value());
+                    }
+                }
+            }
+            self.inner.prev();
+        }
+        if kind_found == Kind::Delete || self.before_lower(&self.saved_key) {
+            self.valid = false;
+            self.saved_key.clear();
+            self.saved_value.clear();
+            self.forward = true;
+        } else {
+            self.valid = true;
+        }
+    }
+
+    /// Positions at the first key.
+    pub fn seek_to_first(&mut self) {
+        match self.lower.clone() {
+            Some(l) => self.seek(&l),
+            None => {
+                self.forward = true;
+                self.saved_value.clear();
+                self.inner.seek_to_first();
+                self.find_next_user_entry(false);
+            }
+        }
+    }
+
+    /// Positions at the last key.
+    pub fn seek_to_last(&mut self) {
+        self.forward = false;
+        self.saved_value.clear();
+        self.saved_key.clear();
+        match &self.upper {
+            Some(u) => {
+                let t = seek_key(u, crate::key::MAX_SEQNO);
+                self.inner.seek(&t);
+                if self.inner.valid() {
+                    self.inner.prev();
+                } else {
+                    self.inner.seek_to_last();
+                }
+            }
+            None => self.inner.seek_to_last(),
+        }
+        self.find_prev_user_entry();
+    }
+
+    /// Positions at the first key `>= target`.
+    pub fn seek(&mut self, target: &[u8]) {
+        self.forward = true;
+        self.saved_value.clear();
+        let target = match &self.lower {
+            Some(l) if target < l.as_slice() => l.clone(),
+            _ => target.to_vec(),
+        };
+        let t = seek_key(&target, self.seq);
+        self.inner.seek(&t);
+        self.find_next_user_entry(false);
+    }
+
+    /// Positions at the last key `<= target`.
+    pub fn seek_for_prev(&mut self, target: &[u8]) {
+        if self.past_upper(target) {
+            self.seek_to_last();
+            return;
+        }
+        self.forward = false;
+        self.saved_value.clear();
+        self.saved_key.clear();
+        self.inner.seek(&seek_key(target, crate::key::MAX_SEQNO));
+        while self.inner.valid() && user_key(self.inner.key()) <= target {
+            self.inner.next();
+        }
+        if self.inner.valid() {
+            self.inner.prev();
+        } else {
+            self.inner.seek_to_last();
+        }
+        self.find_prev_user_entry();
+    }
+
+    /// Moves to the next key. REQUIRES: `valid()`.
+    pub fn next(&mut self) {
+        if !self.valid {
+            return;
+        }
+        if !self.forward {
+            // The inner iterator is before the current key's entries.
+            self.forward = true;
+            if self.inner.valid() {
+                self.inner.next();
+            } else {
+                self.inner.seek_to_first();
+            }
+            if !self.inner.valid() {
+                self.valid = false;
+                self.saved_key.clear();
+                return;
+            }
+            // saved_key holds the current key: skip its entries.
+        } else {
+            self.saved_key.clear();
+            self.saved_key.extend_from_slice(user_key(self.inner.key()));
+            self.inner.next();
+        }
+        self.find_next_user_entry(true);
+    }
+
+    /// Moves to the previous key. REQUIRES: `valid()`.
+    pub fn prev(&mut self) {
+        if !self.valid {
+            return;
+        }
+        if self.forward {
+            self.saved_key.clear();
+            self.saved_key.extend_from_slice(user_key(self.inner.key()));
+            loop {
+                self.inner.prev();
+                if !self.inner.valid() {
+                    self.valid = false;
+                    self.saved_key.clear();
+                    self.saved_value.clear();
+                    return;
+                }
+                if user_key(self.inner.key()) < self.saved_key.as_slice() {
+                    break;
+                }
+            }
+            self.forward = false;
+        }
+        self.find_prev_user_entry();
     }
 }

@@ -7,10 +7,15 @@
 #![deny(missing_docs)]
 #![warn(clippy::unwrap_used)]
 
+pub mod batch;
 pub mod coding;
+pub mod compaction;
+pub mod db;
+pub mod design;
 pub mod error;
 pub mod iter;
 pub mod key;
+pub mod memtable;
 pub mod options;
 pub mod sst;
 pub mod stats;
@@ -18,5 +23,8 @@ pub mod storage;
 pub mod version;
 pub mod wal;
 
+pub use batch::WriteBatch;
+pub use db::{Db, ReadOptions, Snapshot, WriteOptions};
 pub use error::{Error, Result};
+pub use iter::DbIterator;
 pub use options::{Options, PmBackend, Preset, WalPlacement};

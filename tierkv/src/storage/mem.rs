@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
-use super::{FileLock, FileSystem, RandomAccessFile, WritableFile, WriteHint};
+use super::{FileLock, FileSystem, Power, RandomAccessFile, WritableFile, WriteHint};
 use crate::error::{Error, Result};
 
 #[derive(Default)]
@@ -40,6 +40,8 @@ struct State {
     locks: HashSet<PathBuf>,
     /// Remaining durability operations that take effect; `None` = unlimited.
     sync_budget: Option<u64>,
+    /// Shared power switch; when cut, nothing more becomes durable.
+    power: Power,
 }
 
 /// The crashable in-memory file system. Cheap to clone (shared state).
@@ -76,6 +78,7 @@ impl MemFs {
                 dirs: st.dirs.clone(),
                 locks: HashSet::new(),
                 sync_budget: None,
+                power: Power::new(),
             })),
             syncs: Arc::new(AtomicU64::new(0)),
         }
@@ -85,6 +88,11 @@ impl MemFs {
     /// all of them).
     pub fn set_sync_budget(&self, n: Option<u64>) {
         self.state.lock().sync_budget = n;
+    }
+
+    /// Connects this file system to a shared power switch.
+    pub fn set_power(&self, power: Power) {
+        self.state.lock().power = power;
     }
 
     /// Durability operations (file and directory syncs) performed so far.
@@ -126,6 +134,9 @@ impl MemFs {
 
     /// Consumes one unit of sync budget; true if the operation takes effect.
     fn take_sync(st: &mut State) -> bool {
+        if !st.power.is_on() {
+            return false;
+        }
         match &mut st.sync_budget {
             None => true,
             Some(0) => false,

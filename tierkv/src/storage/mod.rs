@@ -26,6 +26,8 @@ pub mod mmap;
 pub mod posix;
 pub mod sim;
 
+pub use dax::open_pm_region;
+
 /// How a file is opened for writing.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WriteHint {
@@ -139,6 +141,27 @@ pub trait PmRegion: Send + Sync + 'static {
     fn persist(&self, offset: u64, len: usize) -> Result<()>;
     /// Orders earlier persists before later stores (`sfence`).
     fn fence(&self);
+}
+
+/// A power switch shared by crashable backends ([`mem::MemFs`],
+/// [`sim::SimRegion`]): once cut, no sync or persist takes effect on any of
+/// them, so a test freezes the durable state of both tiers at one instant.
+#[derive(Debug, Clone, Default)]
+pub struct Power(Arc<std::sync::atomic::AtomicBool>);
+
+impl Power {
+    /// A switch that is on.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Cuts the power: later syncs and persists are silently dropped.
+    pub fn cut(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+    /// True until [`Power::cut`].
+    pub fn is_on(&self) -> bool {
+        !self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 /// Joins a directory and a file name.

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
-use super::PmRegion;
+use super::{PmRegion, Power};
 use crate::error::{Error, Result};
 
 /// Cache-line size the simulator persists at.
@@ -37,6 +37,7 @@ pub struct SimRegion {
     durable: Mutex<Vec<u8>>,
     budget: Mutex<Option<u64>>,
     persists: AtomicU64,
+    power: Mutex<Power>,
 }
 
 // SAFETY: the volatile image is only accessed through raw pointers derived
@@ -60,6 +61,7 @@ impl SimRegion {
             durable: Mutex::new(image),
             budget: Mutex::new(None),
             persists: AtomicU64::new(0),
+            power: Mutex::new(Power::new()),
         }
     }
 
@@ -115,6 +117,11 @@ impl SimRegion {
         *self.budget.lock() = n;
     }
 
+    /// Connects this region to a shared power switch.
+    pub fn set_power(&self, power: Power) {
+        *self.power.lock() = power;
+    }
+
     /// Persist calls made so far.
     pub fn persist_count(&self) -> u64 {
         self.persists.load(Ordering::Relaxed)
@@ -162,6 +169,9 @@ impl PmRegion for SimRegion {
     fn persist(&self, offset: u64, len: usize) -> Result<()> {
         self.check(offset, len)?;
         self.persists.fetch_add(1, Ordering::Relaxed);
+        if !self.power.lock().is_on() {
+            return Ok(());
+        }
         {
             let mut b = self.budget.lock();
             match &mut *b {

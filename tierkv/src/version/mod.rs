@@ -1,4 +1,551 @@
 //! Versions: the immutable set of tables, the edits that change it, and the
 //! MANIFEST that records them.
+//!
+//! A [`Version`] is immutable; a change builds a new one from a
+//! [`edit::VersionEdit`]. Readers hold `Arc<Version>` and never block on
+//! compaction. Tables are shared between versions as `Arc<TableHandle>`.
+//!
+//! Invariants:
+//! 1. L0 tables are ordered newest first (`seq_max` descending); their key
+//!    ranges may overlap, their seqno ranges do not.
+//! 2. Tables of L1 and below are ordered by smallest key and do not overlap.
+//! 3. A table's file or PM pages are released only when it has been removed
+//!    by an edit *and* the last `Arc<TableHandle>` (held by versions,
+//!    iterators or jobs) is gone.
 
 pub mod edit;
+pub mod set;
+
+use std::cmp::Ordering;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
+
+use crate::error::{Error, Result};
+use crate::iter::{EmptyIterator, Found, InternalIterator, TableReader};
+use crate::key::{self, compare_internal, SeqNo};
+use crate::sst::{BlockCache, ReadConfig, Table, TableCounters};
+use crate::stats::{LevelShape, Tier};
+use crate::storage::FileSystem;
+use edit::{TableFormat, TableMeta, VersionEdit};
+
+/// Opens a PM table of a design-specific format.
+pub type PmTableOpener = dyn Fn(&TableMeta) -> Result<Arc<dyn TableReader>> + Send + Sync;
+
+/// What a table needs to open its reader and to release its storage.
+pub struct TableContext {
+    /// The SSD file system.
+    pub fs: Arc<dyn FileSystem>,
+    /// The database directory (SST files live here).
+    pub dir: PathBuf,
+    /// The shared block cache.
+    pub cache: Option<Arc<BlockCache>>,
+    /// Counters the SST readers update.
+    pub counters: TableCounters,
+    /// Verify block checksums.
+    pub verify_checksums: bool,
+    /// Opens PM tables (set by PM designs).
+    pub pm_opener: OnceLock<Box<PmTableOpener>>,
+    /// Tables whose storage must be released (processed by the background
+    /// thread, never by a reader).
+    pub obsolete: Mutex<Vec<TableMeta>>,
+}
+
+impl TableContext {
+    /// Path of an SST file.
+    pub fn sst_path(&self, id: u64) -> PathBuf {
+        self.dir.join(crate::sst::sst_file_name(id))
+    }
+}
+
+/// One table shared by the versions that contain it.
+pub struct TableHandle {
+    /// What the manifest says about it.
+    pub meta: TableMeta,
+    reader: OnceLock<Arc<dyn TableReader>>,
+    obsolete: AtomicBool,
+    ctx: Arc<TableContext>,
+}
+
+impl TableHandle {
+    /// A handle for a table described by `meta`.
+    pub fn new(meta: TableMeta, ctx: Arc<TableContext>) -> Arc<TableHandle> {
+        Arc::new(TableHandle {
+            meta,
+            reader: OnceLock::new(),
+            obsolete: AtomicBool::new(false),
+            ctx,
+        })
+    }
+
+    /// The table's reader, opened on first use and kept open.
+    pub fn reader(&self) -> Result<Arc<dyn TableReader>> {
+        if let Some(r) = self.reader.get() {
+            return Ok(Arc::clone(r));
+        }
+        let r: Arc<dyn TableReader> = match (self.meta.tier, self.meta.format) {
+            (Tier::Ssd, TableFormat::Sst) => {
+                let path = self.ctx.sst_path(self.meta.id);
+                let file = self.ctx.fs.open(&path)?;
+                Table::open(
+                    file,
+                    self.meta.id,
+                    self.ctx.cache.clone(),
+                    ReadConfig {
+                        verify_checksums: self.ctx.verify_checksums,
+                        counters: self.ctx.counters.clone(),
+                    },
+                )?
+            }
+            _ => match self.ctx.pm_opener.get() {
+                Some(open) => open(&self.meta)?,
+                None => {
+                    return Err(Error::corruption(
+                        "MANIFEST",
+                        0,
+                        format!(
+                            "table {} has format {:?} in tier {} but this design cannot read it",
+                            self.meta.id,
+                            self.meta.format,
+                            self.meta.tier.name()
+                        ),
+                    ))
+                }
+            },
+        };
+        let _ = self.reader.set(Arc::clone(&r));
+        Ok(self.reader.get().cloned().unwrap_or(r))
+    }
+
+    /// Smallest user key.
+    pub fn smallest_user_key(&self) -> &[u8] {
+        key::user_key(&self.meta.smallest)
+    }
+
+    /// Largest user key.
+    pub fn largest_user_key(&self) -> &[u8] {
+        key::user_key(&self.meta.largest)
+    }
+
+    /// True if the user-key range `[lo, hi]` overlaps this table (`None` = unbounded).
+    pub fn overlaps(&self, lo: Option<&[u8]>, hi: Option<&[u8]>) -> bool {
+        !(lo.is_some_and(|l| self.largest_user_key() < l)
+            || hi.is_some_and(|h| self.smallest_user_key() > h))
+    }
+
+    fn mark_obsolete(&self) {
+        self.obsolete.store(true, AtomicOrdering::Release);
+    }
+}
+
+impl Drop for TableHandle {
+    fn drop(&mut self) {
+        if self.obsolete.load(AtomicOrdering::Acquire) {
+            self.ctx.obsolete.lock().push(self.meta.clone());
+        }
+    }
+}
+
+impl std::fmt::Debug for TableHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "#{}[{:?}..{:?}]",
+            self.meta.id,
+            String::from_utf8_lossy(self.smallest_user_key()),
+            String::from_utf8_lossy(self.largest_user_key())
+        )
+    }
+}
+
+/// An immutable set of tables arranged in levels.
+#[derive(Clone, Default)]
+pub struct Version {
+    /// `levels[0]` = L0 (newest first), then L1.. (sorted, disjoint).
+    pub levels: Vec<Vec<Arc<TableHandle>>>,
+    /// Per-level round-robin compaction cursors (internal keys).
+    pub compact_cursors: Vec<Vec<u8>>,
+    /// Design-specific state recorded in the manifest, by tag.
+    pub design_state: std::collections::BTreeMap<u32, Vec<u8>>,
+}
+
+impl Version {
+    /// An empty version with `level_count` levels.
+    pub fn empty(level_count: usize) -> Self {
+        Version {
+            levels: vec![Vec::new(); level_count],
+            compact_cursors: vec![Vec::new(); level_count],
+            design_state: Default::default(),
+        }
+    }
+
+    /// Number of levels.
+    pub fn level_count(&self) -> usize {
+        self.levels.len()
+    }
+
+    /// Bytes in a level.
+    pub fn level_bytes(&self, level: usize) -> u64 {
+        self.levels
+            .get(level)
+            .map_or(0, |l| l.iter().map(|t| t.meta.size_bytes).sum())
+    }
+
+    /// Every table id in the version.
+    pub fn table_ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.levels.iter().flatten().map(|t| t.meta.id)
+    }
+
+    /// The level shape for stats.
+    pub fn shape(&self) -> Vec<LevelShape> {
+        let mut out = Vec::new();
+        for (level, tables) in self.levels.iter().enumerate() {
+            for tier in [Tier::Pm, Tier::Ssd] {
+                let (n, b) = tables
+                    .iter()
+                    .filter(|t| t.meta.tier == tier)
+                    .fold((0, 0), |(n, b), t| (n + 1, b + t.meta.size_bytes));
+                if n > 0 {
+                    out.push(LevelShape {
+                        level,
+                        tier,
+                        tables: n,
+                        bytes: b,
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// Tables of `level` overlapping the user-key range `[lo, hi]`.
+    pub fn overlapping(
+        &self,
+        level: usize,
+        lo: Option<&[u8]>,
+        hi: Option<&[u8]>,
+    ) -> Vec<Arc<TableHandle>> {
+        let Some(tables) = self.levels.get(level) else {
+            return Vec::new();
+        };
+        if level == 0 {
+            return tables
+                .iter()
+                .filter(|t| t.overlaps(lo, hi))
+                .cloned()
+                .collect();
+        }
+        // Sorted and disjoint: binary search the first table that can overlap.
+        let start = match lo {
+            Some(l) => tables.partition_point(|t| t.largest_user_key() < l),
+            None => 0,
+        };
+        tables[start..]
+            .iter()
+            .take_while(|t| hi.is_none_or(|h| t.smallest_user_key() <= h))
+            .cloned()
+            .collect()
+    }
+
+    /// The newest entry for `user_key` visible at `seq` in the tables.
+    pub fn get(&self, user_key: &[u8], seq: SeqNo) -> Result<Option<Found>> {
+        for (level, tables) in self.levels.iter().enumerate() {
+            if level == 0 {
+                // Newest first; seqno ranges are disjoint, so the first hit wins.
+                for t in tables {
+                    if t.meta.seq_min > seq || !t.overlaps(Some(user_key), Some(user_key)) {
+                        continue;
+                    }
+                    if let Some(f) = t.reader()?.get(user_key, seq)? {
+                        return Ok(Some(f));
+                    }
+                }
+            } else {
+                let i = tables.partition_point(|t| t.largest_user_key() < user_key);
+                if let Some(t) = tables.get(i) {
+                    if t.smallest_user_key() <= user_key {
+                        if let Some(f) = t.reader()?.get(user_key, seq)? {
+                            return Ok(Some(f));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Adds one iterator per L0 table and one per deeper level to `out`.
+    pub fn add_iterators(&self, out: &mut Vec<Box<dyn InternalIterator>>, fill_cache: bool) {
+        for (level, tables) in self.levels.iter().enumerate() {
+            if level == 0 {
+                for t in tables {
+                    out.push(table_iter(t, fill_cache));
+                }
+            } else if !tables.is_empty() {
+                out.push(Box::new(LevelIterator::new(tables.clone(), fill_cache)));
+            }
+        }
+    }
+
+    /// Applies an edit, producing the next version. Tables removed and not
+    /// re-added are marked obsolete (released when their last reference goes).
+    pub fn apply(&self, e: &VersionEdit, ctx: &Arc<TableContext>) -> Result<Version> {
+        let mut v = self.clone();
+        let mut removed: Vec<Arc<TableHandle>> = Vec::new();
+        for &(level, id) in &e.deleted_tables {
+            let level = level as usize;
+            let tables = v.levels.get_mut(level).ok_or_else(|| bad_level(level))?;
+            match tables.iter().position(|t| t.meta.id == id) {
+                Some(i) => removed.push(tables.remove(i)),
+                None => {
+                    return Err(Error::corruption(
+                        "MANIFEST",
+                        0,
+                        format!("edit deletes table {id} which is not in L{level}"),
+                    ))
+                }
+            }
+        }
+        for (level, meta) in &e.new_tables {
+            let level = *level as usize;
+            let handle = match removed.iter().position(|t| t.meta.id == meta.id) {
+                Some(i) => removed.swap_remove(i), // a move between levels
+                None => TableHandle::new(meta.clone(), Arc::clone(ctx)),
+            };
+            v.levels
+                .get_mut(level)
+                .ok_or_else(|| bad_level(level))?
+                .push(handle);
+        }
+        for t in &removed {
+            t.mark_obsolete();
+        }
+        for (level, cursor) in &e.compact_cursors {
+            if let Some(c) = v.compact_cursors.get_mut(*level as usize) {
+                *c = cursor.clone();
+            }
+        }
+        for (tag, bytes) in &e.design_records {
+            v.design_state.insert(*tag, bytes.clone());
+        }
+        v.sort_levels();
+        v.check_invariants()?;
+        Ok(v)
+    }
+
+    fn sort_levels(&mut self) {
+        for (level, tables) in self.levels.iter_mut().enumerate() {
+            if level == 0 {
+                tables.sort_by(|a, b| {
+                    b.meta
+                        .seq_max
+                        .cmp(&a.meta.seq_max)
+                        .then(b.meta.id.cmp(&a.meta.id))
+                });
+            } else {
+                tables.sort_by(|a, b| compare_internal(&a.meta.smallest, &b.meta.smallest));
+            }
+        }
+    }
+
+    /// Checks invariant 2 (always) and invariant 1 (with `invariants`).
+    fn check_invariants(&self) -> Result<()> {
+        for (level, tables) in self.levels.iter().enumerate().skip(1) {
+            for w in tables.windows(2) {
+                if compare_internal(&w[0].meta.largest, &w[1].meta.smallest) != Ordering::Less {
+                    return Err(Error::corruption(
+                        "MANIFEST",
+                        0,
+                        format!(
+                            "L{level} tables {} and {} overlap",
+                            w[0].meta.id, w[1].meta.id
+                        ),
+                    ));
+                }
+            }
+        }
+        #[cfg(feature = "invariants")]
+        for w in self.levels[0].windows(2) {
+            assert!(
+                w[0].meta.seq_min > w[1].meta.seq_max
+                    || w[0].meta.entries == 0
+                    || w[1].meta.entries == 0,
+                "L0 seqno ranges overlap: {:?} {:?}",
+                w[0],
+                w[1]
+            );
+        }
+        Ok(())
+    }
+
+    /// An edit that recreates this version from nothing (manifest snapshot).
+    pub fn snapshot_edit(&self) -> VersionEdit {
+        let mut e = VersionEdit::default();
+        for (level, tables) in self.levels.iter().enumerate() {
+            for t in tables {
+                e.new_tables.push((level as u32, t.meta.clone()));
+            }
+        }
+        for (level, c) in self.compact_cursors.iter().enumerate() {
+            if !c.is_empty() {
+                e.compact_cursors.push((level as u32, c.clone()));
+            }
+        }
+        e.design_records = self
+            .design_state
+            .iter()
+            .map(|(t, b)| (*t, b.clone()))
+            .collect();
+        e
+    }
+}
+
+fn bad_level(level: usize) -> Error {
+    Error::corruption(
+        "MANIFEST",
+        0,
+        format!("edit names level {level}, beyond the configured levels"),
+    )
+}
+
+/// An iterator over one table; an open error becomes the iterator's status.
+pub fn table_iter(t: &Arc<TableHandle>, fill_cache: bool) -> Box<dyn InternalIterator> {
+    match t.reader() {
+        Ok(r) => r.iter(fill_cache),
+        Err(e) => Box::new(EmptyIterator::with_error(e)),
+    }
+}
+
+/// Concatenates the disjoint, sorted tables of one level, opening each
+/// table's iterator only when the cursor reaches it.
+pub struct LevelIterator {
+    tables: Vec<Arc<TableHandle>>,
+    index: usize,
+    cur: Option<Box<dyn InternalIterator>>,
+    fill_cache: bool,
+    err: Option<Error>,
+}
+
+impl LevelIterator {
+    /// An iterator over `tables` (sorted by key, disjoint).
+    pub fn new(tables: Vec<Arc<TableHandle>>, fill_cache: bool) -> Self {
+        LevelIterator {
+            tables,
+            index: 0,
+            cur: None,
+            fill_cache,
+            err: None,
+        }
+    }
+
+    fn open(&mut self, index: usize) {
+        if let Some(c) = &self.cur {
+            if let Err(e) = c.status() {
+                self.err.get_or_insert(e);
+            }
+        }
+        self.index = index;
+        self.cur = self
+            .tables
+            .get(index)
+            .map(|t| table_iter(t, self.fill_cache));
+    }
+
+    fn skip_forward(&mut self) {
+        while self.cur.as_ref().is_some_and(|c| !c.valid()) {
+            if let Some(Err(e)) = self.cur.as_ref().map(|c| c.status()) {
+                self.err.get_or_insert(e);
+                self.cur = None;
+                return;
+            }
+            if self.index + 1 >= self.tables.len() {
+                self.cur = None;
+                return;
+            }
+            self.open(self.index + 1);
+            if let Some(c) = &mut self.cur {
+                c.seek_to_first();
+            }
+        }
+    }
+
+    fn skip_backward(&mut self) {
+        while self.cur.as_ref().is_some_and(|c| !c.valid()) {
+            if let Some(Err(e)) = self.cur.as_ref().map(|c| c.status()) {
+                self.err.get_or_insert(e);
+                self.cur = None;
+                return;
+            }
+            if self.index == 0 {
+                self.cur = None;
+                return;
+            }
+            self.open(self.index - 1);
+            if let Some(c) = &mut self.cur {
+                c.seek_to_last();
+            }
+        }
+    }
+}
+
+impl InternalIterator for LevelIterator {
+    fn valid(&self) -> bool {
+        self.cur.as_ref().is_some_and(|c| c.valid())
+    }
+    fn seek_to_first(&mut self) {
+        self.open(0);
+        if let Some(c) = &mut self.cur {
+            c.seek_to_first();
+        }
+        self.skip_forward();
+    }
+    fn seek_to_last(&mut self) {
+        self.open(self.tables.len().saturating_sub(1));
+        if let Some(c) = &mut self.cur {
+            c.seek_to_last();
+        }
+        self.skip_backward();
+    }
+    fn seek(&mut self, target: &[u8]) {
+        let i = self
+            .tables
+            .partition_point(|t| compare_internal(&t.meta.largest, target) == Ordering::Less);
+        if i >= self.tables.len() {
+            self.cur = None;
+            return;
+        }
+        if self.index != i || self.cur.is_none() {
+            self.open(i);
+        }
+        if let Some(c) = &mut self.cur {
+            c.seek(target);
+        }
+        self.skip_forward();
+    }
+    fn next(&mut self) {
+        if let Some(c) = &mut self.cur {
+            c.next();
+        }
+        self.skip_forward();
+    }
+    fn prev(&mut self) {
+        if let Some(c) = &mut self.cur {
+            c.prev();
+        }
+        self.skip_backward();
+    }
+    fn key(&self) -> &[u8] {
+        self.cur.as_ref().map_or(&[], |c| c.key())
+    }
+    fn value(&self) -> &[u8] {
+        self.cur.as_ref().map_or(&[], |c| c.value())
+    }
+    fn status(&self) -> Result<()> {
+        if let Some(e) = &self.err {
+            return Err(e.clone());
+        }
+        self.cur.as_ref().map_or(Ok(()), |c| c.status())
+    }
+}

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The test command of the README (and of CI): installs what the tests need
+# from the system (idempotent), then runs the whole suite.
+#   - the engine and bench tests always run;
+#   - the RocksDB side of the bench is tested when librocksdb-dev is present
+#     (scripts/setup-rocksdb.sh installs it; set TIERKV_NO_ROCKSDB=1 to skip).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+features=()
+if [ -z "${TIERKV_NO_ROCKSDB:-}" ]; then
+  if bash scripts/setup-rocksdb.sh; then
+    features=(--features tierkv-bench/rocksdb)
+  else
+    echo "test.sh: librocksdb-dev unavailable; testing without the RocksDB engine" >&2
+  fi
+fi
+
+cargo test --workspace --release "${features[@]}"

@@ -1,0 +1,256 @@
+//! Compaction machinery shared by the designs: the job environment, the
+//! merge that drops shadowed versions and dead tombstones, and SST cutting.
+//!
+//! Dropping rules (leveldb's, with snapshots):
+//! 1. An entry is dropped if a newer entry of the same user key exists whose
+//!    seqno is `<=` the smallest live snapshot (no reader can see past it).
+//! 2. A tombstone is dropped if its seqno is `<=` the smallest snapshot and
+//!    no level below the output level can hold the key (it is at its base
+//!    level): tombstones disappear only at the last level that has the key.
+//!
+//! Cutting rules: an output table is closed at a user-key boundary when it
+//! reaches the target size, or when it already overlaps more than
+//! `MAX_GRANDPARENT_OVERLAP_FACTOR` × target bytes of the next level, so no
+//! future compaction of it drags in an oversized piece of the next level.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::iter::InternalIterator;
+use crate::key::{self, compare_internal, Kind, SeqNo};
+use crate::options::Options;
+use crate::sst::{TableBuilder, TableOptions};
+use crate::stats::{StatsRecorder, Tier};
+use crate::storage::{FileSystem, WriteHint};
+use crate::version::edit::{TableFormat, TableMeta};
+use crate::version::set::VersionSet;
+use crate::version::{TableHandle, Version};
+
+/// Outputs may overlap at most this many target sizes of the next level.
+pub const MAX_GRANDPARENT_OVERLAP_FACTOR: u64 = 10;
+
+/// What a flush or compaction job may use.
+pub struct JobEnv<'a> {
+    /// The options the database was opened with.
+    pub opts: &'a Options,
+    /// The SSD file system.
+    pub fs: &'a Arc<dyn FileSystem>,
+    /// The database directory.
+    pub dir: &'a Path,
+    /// The version set (file numbers).
+    pub versions: &'a VersionSet,
+    /// Stats.
+    pub stats: &'a StatsRecorder,
+    /// Smallest seqno any live snapshot reads at (or the last seqno).
+    pub smallest_snapshot: SeqNo,
+    /// The version the job was picked from.
+    pub version: Arc<Version>,
+}
+
+impl JobEnv<'_> {
+    /// SST builder settings from the options.
+    pub fn table_options(&self) -> TableOptions {
+        TableOptions {
+            block_size_bytes: self.opts.block_size_bytes,
+            restart_interval: 16,
+            bloom_bits_per_key: self.opts.bloom_bits_per_key,
+        }
+    }
+}
+
+/// How the merge writes its output.
+pub struct OutputSpec<'a> {
+    /// Level the outputs go to.
+    pub level: usize,
+    /// Target size of one output table (`u64::MAX`: one table).
+    pub target_size_bytes: u64,
+    /// Tables of the level below the output, for cutting.
+    pub grandparents: &'a [Arc<TableHandle>],
+    /// May tombstones be dropped (rule 2 still checks deeper levels)?
+    pub may_drop_tombstones: bool,
+}
+
+/// Writes SSTs for a merged stream, cutting as the rules say.
+struct Outputs<'a, 'e> {
+    env: &'a JobEnv<'e>,
+    spec: &'a OutputSpec<'a>,
+    done: Vec<TableMeta>,
+    cur: Option<(u64, TableBuilder)>,
+    gp_index: usize,
+    gp_overlap_bytes: u64,
+    gp_seen_key: bool,
+}
+
+impl<'a, 'e> Outputs<'a, 'e> {
+    fn should_stop_before(&mut self, ikey: &[u8]) -> bool {
+        let gps = self.spec.grandparents;
+        while self.gp_index < gps.len()
+            && compare_internal(ikey, &gps[self.gp_index].meta.largest).is_gt()
+        {
+            if self.gp_seen_key {
+                self.gp_overlap_bytes += gps[self.gp_index].meta.size_bytes;
+            }
+            self.gp_index += 1;
+        }
+        self.gp_seen_key = true;
+        let limit = self
+            .spec
+            .target_size_bytes
+            .saturating_mul(MAX_GRANDPARENT_OVERLAP_FACTOR);
+        if self.gp_overlap_bytes > limit {
+            self.gp_overlap_bytes = 0;
+            return true;
+        }
+        false
+    }
+
+    fn add(&mut self, ikey: &[u8], value: &[u8], new_user_key: bool) -> Result<()> {
+        let stop_for_gp = self.should_stop_before(ikey);
+        if new_user_key {
+            let full = self
+                .cur
+                .as_ref()
+                .is_some_and(|(_, b)| b.estimated_size() >= self.spec.target_size_bytes);
+            if full || (stop_for_gp && self.cur.is_some()) {
+                self.finish_current()?;
+            }
+        }
+        if self.cur.is_none() {
+            let id = self.env.versions.new_file_number();
+            let path = self.env.dir.join(crate::sst::sst_file_name(id));
+            let hint = WriteHint {
+                direct: self.env.opts.use_direct_io_for_flush_and_compaction,
+            };
+            let file = self.env.fs.create(&path, hint)?;
+            self.cur = Some((id, TableBuilder::new(file, self.env.table_options())));
+        }
+        if let Some((_, b)) = &mut self.cur {
+            b.add(ikey, value)?;
+        }
+        Ok(())
+    }
+
+    fn finish_current(&mut self) -> Result<()> {
+        if let Some((id, b)) = self.cur.take() {
+            let p = b.finish()?;
+            self.done.push(TableMeta {
+                id,
+                tier: Tier::Ssd,
+                format: TableFormat::Sst,
+                size_bytes: p.file_size_bytes,
+                smallest: p.smallest,
+                largest: p.largest,
+                seq_min: p.seq_min,
+                seq_max: p.seq_max,
+                entries: p.entries,
+                deletions: p.deletions,
+                pm_pages: Vec::new(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Removes every file this job created (on failure).
+    fn abandon(&mut self) {
+        if let Some((id, b)) = self.cur.take() {
+            b.abandon();
+            let _ = self
+                .env
+                .fs
+                .remove(&self.env.dir.join(crate::sst::sst_file_name(id)));
+        }
+        for m in self.done.drain(..) {
+            let _ = self
+                .env
+                .fs
+                .remove(&self.env.dir.join(crate::sst::sst_file_name(m.id)));
+        }
+    }
+}
+
+/// True if no level below `level` in `v` can contain `user_key`.
+/// `cursor[l]` is a per-level position hint for keys arriving in order.
+fn is_base_level_for_key(v: &Version, level: usize, user_key: &[u8], cursor: &mut [usize]) -> bool {
+    for l in (level + 1)..v.level_count() {
+        let tables = &v.levels[l];
+        let c = &mut cursor[l];
+        while *c < tables.len() && tables[*c].largest_user_key() < user_key {
+            *c += 1;
+        }
+        if *c < tables.len() && tables[*c].smallest_user_key() <= user_key {
+            return false;
+        }
+    }
+    true
+}
+
+/// Merges `input` (positioned by this function) into SSTs per `spec`,
+/// applying the dropping rules. Files are synced and the directory synced
+/// before returning, so the caller may reference them in the manifest.
+pub fn merge_to_ssts(
+    env: &JobEnv<'_>,
+    input: &mut dyn InternalIterator,
+    spec: &OutputSpec<'_>,
+) -> Result<Vec<TableMeta>> {
+    let mut out = Outputs {
+        env,
+        spec,
+        done: Vec::new(),
+        cur: None,
+        gp_index: 0,
+        gp_overlap_bytes: 0,
+        gp_seen_key: false,
+    };
+    match merge_loop(env, input, spec, &mut out) {
+        Ok(()) => Ok(out.done),
+        Err(e) => {
+            out.abandon();
+            Err(e)
+        }
+    }
+}
+
+fn merge_loop(
+    env: &JobEnv<'_>,
+    input: &mut dyn InternalIterator,
+    spec: &OutputSpec<'_>,
+    out: &mut Outputs<'_, '_>,
+) -> Result<()> {
+    let mut cursor = vec![0usize; env.version.level_count()];
+    let mut cur_user_key: Vec<u8> = Vec::new();
+    let mut has_cur = false;
+    let mut last_seq_for_key = SeqNo::MAX;
+    input.seek_to_first();
+    while input.valid() {
+        let ikey = input.key();
+        let p = key::parse_internal_key(ikey)
+            .ok_or_else(|| Error::corruption("compaction input", 0, "malformed internal key"))?;
+        let new_user_key = !has_cur || p.user_key != cur_user_key.as_slice();
+        if new_user_key {
+            cur_user_key.clear();
+            cur_user_key.extend_from_slice(p.user_key);
+            has_cur = true;
+            last_seq_for_key = SeqNo::MAX;
+        }
+        let drop = if last_seq_for_key <= env.smallest_snapshot {
+            true // rule 1: shadowed by a newer entry every reader sees
+        } else {
+            p.kind == Kind::Delete
+                && p.seq <= env.smallest_snapshot
+                && spec.may_drop_tombstones
+                && is_base_level_for_key(&env.version, spec.level, p.user_key, &mut cursor)
+        };
+        last_seq_for_key = p.seq;
+        if !drop {
+            out.add(ikey, input.value(), new_user_key)?;
+        }
+        input.next();
+    }
+    input.status()?;
+    out.finish_current()?;
+    if !out.done.is_empty() {
+        env.fs.sync_dir(env.dir)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,1234 @@
+//! `Db`: the engine. Write path with group commit, read path over a
+//! consistent "super version", background flushes and compactions driven by
+//! the design, recovery.
+//!
+//! Concurrency contract:
+//! 1. Writers queue in `writers`; the writer at the front is the *leader*:
+//!    it makes room (may stall), takes a group of queued batches, appends
+//!    them to the WAL as one record, inserts them into the memtable and
+//!    publishes their seqnos. Only the leader touches the WAL writer and
+//!    inserts into the mutable memtable.
+//! 2. Readers take an `Arc<SuperVersion>` (mutable memtable, immutable
+//!    memtables, version) under a short read lock and never block on
+//!    background work. A super version is replaced, never mutated.
+//! 3. A seqno is visible (`last_seq`) only after its batch is in the WAL and
+//!    the memtable, so a reader at `last_seq` sees complete batches.
+//! 4. Background threads (`Options::background_threads`; one of them
+//!    reserved for flushes when there are two or more) pick work under the
+//!    `state` mutex and run it without it. Tables being compacted are in
+//!    `busy`, so pickers never hand one table to two jobs.
+//! 5. Memtables flush in order (oldest first), one at a time; a WAL is
+//!    deleted only after the edit that covers it is durable.
+
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex, RwLock};
+
+use crate::batch::WriteBatch;
+use crate::design::{self, Design, JobEnv, Task, WriteControl};
+use crate::error::{Error, Result};
+use crate::iter::{DbIterator, InternalIterator, MergingIterator};
+use crate::key::{Kind, SeqNo, MAX_SEQNO};
+use crate::memtable::MemTable;
+use crate::options::{Options, WalPlacement};
+use crate::sst::{BlockCache, TableCounters};
+use crate::stats::{CompactionRecord, StallCause, Stats, StatsRecorder, Tier};
+use crate::storage::{FileLock, FileSystem, WriteHint};
+use crate::version::edit::VersionEdit;
+use crate::version::set::{wal_name, Recovered, VersionSet};
+use crate::version::{TableContext, Version};
+use crate::wal::{self, FileSink};
+
+pub mod pm;
+use pm::PmTier;
+
+/// Per-write options.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriteOptions {
+    /// Make the write durable before acknowledging it (fsync of an SSD
+    /// WAL). Writes to a PM WAL are always persisted.
+    pub sync: bool,
+}
+
+/// Per-read options.
+#[derive(Debug, Clone, Default)]
+pub struct ReadOptions {
+    /// Read as of this snapshot (default: the latest state).
+    pub snapshot: Option<Snapshot>,
+    /// Iterators: smallest user key to return (inclusive).
+    pub lower_bound: Option<Vec<u8>>,
+    /// Iterators: user keys must be below this (exclusive).
+    pub upper_bound: Option<Vec<u8>>,
+    /// Do not let blocks read by this operation enter the block cache.
+    pub skip_cache: bool,
+}
+
+/// A consistent point-in-time view; released when dropped.
+#[derive(Clone)]
+pub struct Snapshot {
+    inner: Arc<SnapshotInner>,
+}
+
+struct SnapshotInner {
+    seq: SeqNo,
+    list: Arc<Mutex<BTreeMap<SeqNo, usize>>>,
+}
+
+impl Snapshot {
+    /// The seqno the snapshot reads at.
+    pub fn seqno(&self) -> SeqNo {
+        self.inner.seq
+    }
+}
+
+impl std::fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Snapshot({})", self.inner.seq)
+    }
+}
+
+impl Drop for SnapshotInner {
+    fn drop(&mut self) {
+        let mut l = self.list.lock();
+        if let Some(n) = l.get_mut(&self.seq) {
+            *n -= 1;
+            if *n == 0 {
+                l.remove(&self.seq);
+            }
+        }
+    }
+}
+
+/// What readers read: the memtables and the version, replaced together.
+struct SuperVersion {
+    mem: Arc<MemTable>,
+    /// Immutable memtables, newest first.
+    imms: Vec<Arc<MemTable>>,
+    version: Arc<Version>,
+}
+
+/// The WAL being written, on either tier.
+enum LogWriter {
+    File(wal::Writer<FileSink>),
+    Pm(wal::Writer<wal::PmSink>),
+}
+
+impl LogWriter {
+    fn add_record(&mut self, payload: &[u8]) -> Result<()> {
+        match self {
+            LogWriter::File(w) => w.add_record(payload),
+            LogWriter::Pm(w) => w.add_record(payload),
+        }
+    }
+    fn sync(&mut self) -> Result<()> {
+        match self {
+            LogWriter::File(w) => w.sync(),
+            LogWriter::Pm(w) => w.sync(),
+        }
+    }
+    fn is_pm(&self) -> bool {
+        matches!(self, LogWriter::Pm(_))
+    }
+    fn bytes_written(&self) -> u64 {
+        match self {
+            LogWriter::File(w) => w.bytes_written(),
+            LogWriter::Pm(w) => w.bytes_written(),
+        }
+    }
+}
+
+/// One queued write.
+struct Writer {
+    batch: Mutex<Option<WriteBatch>>,
+    sync: bool,
+    /// Switch the memtable even if it is not full (`flush()`).
+    force_switch: bool,
+    done: AtomicBool,
+    result: Mutex<Option<Result<()>>>,
+}
+
+/// State guarded by the `state` mutex.
+struct State {
+    mem: Arc<MemTable>,
+    /// Immutable memtables, oldest first.
+    imms: VecDeque<Arc<MemTable>>,
+    busy: HashSet<u64>,
+    flushing: bool,
+    compactions_running: usize,
+    manual_running: bool,
+    bg_error: Option<Error>,
+    shutting_down: bool,
+    /// Delayed-write token bucket.
+    delay_next: Option<Instant>,
+    delay_rate_bytes_per_sec: f64,
+    last_debt: u64,
+}
+
+struct Inner {
+    dir: PathBuf,
+    opts: Options,
+    fs: Arc<dyn FileSystem>,
+    design: Arc<dyn Design>,
+    versions: VersionSet,
+    stats: Arc<StatsRecorder>,
+    pm: Option<Arc<PmTier>>,
+    state: Mutex<State>,
+    /// Wakes background threads.
+    bg_cv: Condvar,
+    /// Signalled whenever background work finishes (stalled writers,
+    /// `flush()` and `compact_range()` wait on it).
+    done_cv: Condvar,
+    writers: Mutex<VecDeque<Arc<Writer>>>,
+    writers_cv: Condvar,
+    log: Mutex<LogWriter>,
+    super_version: RwLock<Arc<SuperVersion>>,
+    last_seq: AtomicU64,
+    snapshots: Arc<Mutex<BTreeMap<SeqNo, usize>>>,
+    _lock: Box<dyn FileLock>,
+}
+
+/// An open database. `Send + Sync`: share it with `Arc<Db>`.
+pub struct Db {
+    inner: Arc<Inner>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// Largest group a leader commits at once.
+const GROUP_MAX_BYTES: usize = 1 << 20;
+
+impl Db {
+    /// Opens (or creates) the database in `dir`.
+    pub fn open(dir: impl AsRef<Path>, options: Options) -> Result<Db> {
+        options.validate()?;
+        let dir = dir.as_ref().to_path_buf();
+        let fs = Arc::clone(&options.fs);
+        fs.create_dir_all(&dir)?;
+        let lock = fs.lock(&dir.join("LOCK"))?;
+        let exists = fs.exists(&dir.join("CURRENT"));
+        if exists && options.error_if_exists {
+            return Err(Error::InvalidOptions(format!(
+                "`error_if_exists` is set and {} already holds a database",
+                dir.display()
+            )));
+        }
+        if !exists {
+            check_not_foreign(fs.as_ref(), &dir)?;
+            if !options.create_if_missing {
+                return Err(Error::NotADatabase(format!(
+                    "{} holds no database and `create_if_missing` is false",
+                    dir.display()
+                )));
+            }
+        }
+
+        let stats = Arc::new(StatsRecorder::new());
+        let counters = TableCounters::from_recorder(Arc::clone(&stats));
+        let cache = (options.block_cache_bytes > 0)
+            .then(|| Arc::new(BlockCache::new(options.block_cache_bytes)));
+        let ctx = Arc::new(TableContext {
+            fs: Arc::clone(&fs),
+            dir: dir.clone(),
+            cache,
+            counters,
+            verify_checksums: options.verify_checksums,
+            pm_opener: Default::default(),
+            obsolete: Mutex::new(Vec::new()),
+        });
+        let pm = if options.has_pm() {
+            Some(Arc::new(PmTier::open(&options)?))
+        } else {
+            None
+        };
+        let design = design::build(&options, pm.clone())?;
+        design.install(&ctx);
+        let (versions, recovered) = if exists {
+            VersionSet::recover(
+                Arc::clone(&fs),
+                &dir,
+                Arc::clone(&ctx),
+                Arc::clone(&stats),
+                options.level_count,
+            )?
+        } else {
+            let vs = VersionSet::create(
+                Arc::clone(&fs),
+                &dir,
+                Arc::clone(&ctx),
+                Arc::clone(&stats),
+                options.level_count,
+            )?;
+            (vs, Recovered::default())
+        };
+
+        // Replay the WALs the manifest does not cover.
+        let replay = Replay::run(
+            &options,
+            &fs,
+            &dir,
+            &versions,
+            &stats,
+            &design,
+            pm.as_deref(),
+            &recovered,
+        )?;
+
+        // A fresh WAL for new writes; the edit makes the replayed ones obsolete.
+        let log_number = versions.new_file_number();
+        let (log, pm_wal) = new_log(&options, &fs, &dir, pm.as_deref(), log_number)?;
+        let mut edit = replay.edit;
+        edit.log_number = Some(log_number);
+        if let Some(w) = pm_wal {
+            edit.new_pm_wals.push(w);
+        }
+        edit.deleted_pm_wals = versions
+            .pm_wals()
+            .iter()
+            .map(|w| w.log_number)
+            .filter(|&n| n < log_number)
+            .collect();
+        versions.log_and_apply(edit, replay.last_seq)?;
+
+        let mem = Arc::new(MemTable::new(log_number));
+        let version = versions.current();
+        let inner = Arc::new(Inner {
+            dir,
+            fs,
+            design,
+            stats,
+            pm,
+            state: Mutex::new(State {
+                mem: Arc::clone(&mem),
+                imms: VecDeque::new(),
+                busy: HashSet::new(),
+                flushing: false,
+                compactions_running: 0,
+                manual_running: false,
+                bg_error: None,
+                shutting_down: false,
+                delay_next: None,
+                delay_rate_bytes_per_sec: options.delayed_write_rate_bytes_per_sec as f64,
+                last_debt: 0,
+            }),
+            bg_cv: Condvar::new(),
+            done_cv: Condvar::new(),
+            writers: Mutex::new(VecDeque::new()),
+            writers_cv: Condvar::new(),
+            log: Mutex::new(log),
+            super_version: RwLock::new(Arc::new(SuperVersion {
+                mem,
+                imms: Vec::new(),
+                version,
+            })),
+            last_seq: AtomicU64::new(replay.last_seq),
+            snapshots: Arc::new(Mutex::new(BTreeMap::new())),
+            opts: options,
+            versions,
+            _lock: lock,
+        });
+        inner.remove_obsolete_files()?;
+        if let Some(pm) = &inner.pm {
+            pm.reconcile(&inner.versions)?;
+        }
+
+        let threads = start_background(&inner);
+        Ok(Db {
+            inner,
+            threads: Mutex::new(threads),
+        })
+    }
+
+    /// Sets `key` to `value`.
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        let mut b = WriteBatch::with_capacity(key.len() + value.len() + 8);
+        b.put(key, value);
+        self.write(b, &WriteOptions::default())
+    }
+
+    /// Deletes `key`.
+    pub fn delete(&self, key: &[u8]) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.delete(key);
+        self.write(b, &WriteOptions::default())
+    }
+
+    /// Applies a batch atomically.
+    pub fn write(&self, batch: WriteBatch, opts: &WriteOptions) -> Result<()> {
+        batch.validate()?;
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.inner.write(Some(batch), opts.sync, false)
+    }
+
+    /// The value of `key`, if any.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.get_with(key, &ReadOptions::default())
+    }
+
+    /// The value of `key` under `opts` (snapshot).
+    pub fn get_with(&self, key: &[u8], opts: &ReadOptions) -> Result<Option<Vec<u8>>> {
+        let sv = self.inner.super_version();
+        let seq = match &opts.snapshot {
+            Some(s) => s.seqno(),
+            None => self.inner.last_seq.load(Ordering::Acquire),
+        };
+        let found = match sv.mem.get(key, seq) {
+            Some(f) => Some(f),
+            None => match sv.imms.iter().find_map(|m| m.get(key, seq)) {
+                Some(f) => Some(f),
+                None => sv.version.get(key, seq)?,
+            },
+        };
+        Ok(found.and_then(|f| match f.kind {
+            Kind::Put => Some(f.value),
+            Kind::Delete => None,
+        }))
+    }
+
+    /// An iterator over the database (forward and reverse, with bounds).
+    /// It starts unpositioned: call a seek first.
+    pub fn iter(&self, opts: ReadOptions) -> Result<DbIterator> {
+        let sv = self.inner.super_version();
+        let (seq, snap) = match opts.snapshot {
+            Some(s) => (s.seqno(), s),
+            None => {
+                // Pin a snapshot so compaction keeps what the iterator sees.
+                let s = self.snapshot();
+                (s.seqno(), s)
+            }
+        };
+        let mut children: Vec<Box<dyn InternalIterator>> = Vec::with_capacity(8);
+        children.push(Box::new(sv.mem.iter()));
+        for m in &sv.imms {
+            children.push(Box::new(m.iter()));
+        }
+        sv.version.add_iterators(&mut children, !opts.skip_cache);
+        let merged = MergingIterator::new(children);
+        Ok(DbIterator::new(
+            Box::new(merged),
+            seq,
+            opts.lower_bound,
+            opts.upper_bound,
+            Box::new((sv, snap)),
+        ))
+    }
+
+    /// A snapshot of the current state.
+    pub fn snapshot(&self) -> Snapshot {
+        let mut l = self.inner.snapshots.lock();
+        // Read the seqno under the list lock so compaction's view of the
+        // smallest snapshot never misses this one.
+        let seq = self.inner.last_seq.load(Ordering::Acquire);
+        *l.entry(seq).or_insert(0) += 1;
+        Snapshot {
+            inner: Arc::new(SnapshotInner {
+                seq,
+                list: Arc::clone(&self.inner.snapshots),
+            }),
+        }
+    }
+
+    /// The seqno of the last committed write.
+    pub fn last_sequence(&self) -> SeqNo {
+        self.inner.last_seq.load(Ordering::Acquire)
+    }
+
+    /// Writes every memtable to its flush target and waits for it.
+    pub fn flush(&self) -> Result<()> {
+        self.inner.flush_all()
+    }
+
+    /// Compacts the user-key range `[begin, end]` (`None` = unbounded) down
+    /// the levels, waiting for the result.
+    pub fn compact_range(&self, begin: Option<&[u8]>, end: Option<&[u8]>) -> Result<()> {
+        self.inner.flush_all()?;
+        self.inner.compact_range(begin, end)
+    }
+
+    /// Statistics (DESIGN.md §5).
+    pub fn stats(&self) -> Stats {
+        self.inner.stats_snapshot()
+    }
+
+    /// A named property: `tierkv.stats` (a table), `tierkv.levels`,
+    /// `tierkv.num-files-at-level<N>`, `tierkv.last-sequence`,
+    /// `tierkv.design`; `None` for unknown names.
+    pub fn property(&self, name: &str) -> Option<String> {
+        let v = self.inner.versions.current();
+        match name {
+            "tierkv.stats" => Some(self.stats().to_table()),
+            "tierkv.levels" => Some(
+                v.levels
+                    .iter()
+                    .enumerate()
+                    .map(|(i, l)| format!("L{i}: {} tables, {} bytes\n", l.len(), v.level_bytes(i)))
+                    .collect(),
+            ),
+            "tierkv.last-sequence" => Some(self.last_sequence().to_string()),
+            "tierkv.design" => Some(self.inner.opts.design.name().to_string()),
+            _ => {
+                let n = name.strip_prefix("tierkv.num-files-at-level")?;
+                let level: usize = n.parse().ok()?;
+                Some(v.levels.get(level)?.len().to_string())
+            }
+        }
+    }
+
+    /// Stops background work (finishing running jobs), makes every
+    /// acknowledged write durable and releases the database.
+    pub fn close(self) -> Result<()> {
+        self.shutdown()
+    }
+
+    fn shutdown(&self) -> Result<()> {
+        {
+            let mut st = self.inner.state.lock();
+            if st.shutting_down {
+                return Ok(());
+            }
+            st.shutting_down = true;
+        }
+        self.inner.bg_cv.notify_all();
+        self.inner.done_cv.notify_all();
+        for t in self.threads.lock().drain(..) {
+            let _ = t.join();
+        }
+        // Wait for queued writers to drain, then make the WAL durable.
+        let _w = self.inner.writers.lock();
+        let r = self.inner.log.lock().sync();
+        self.inner.release_obsolete();
+        self.inner.versions.close();
+        r
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}
+
+/// Refuses a directory that has files but no CURRENT.
+fn check_not_foreign(fs: &dyn FileSystem, dir: &Path) -> Result<()> {
+    let names = fs.list(dir)?;
+    let foreign: Vec<&String> = names.iter().filter(|n| n.as_str() != "LOCK").collect();
+    if let Some(first) = foreign.first() {
+        return Err(Error::NotADatabase(format!(
+            "{} is not empty (e.g. `{first}`) and has no CURRENT file: not a tierkv database",
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Creates WAL `n` on the configured tier; for PM, also the manifest entry.
+fn new_log(
+    opts: &Options,
+    fs: &Arc<dyn FileSystem>,
+    dir: &Path,
+    pm: Option<&PmTier>,
+    n: u64,
+) -> Result<(LogWriter, Option<crate::version::edit::PmWal>)> {
+    match (opts.wal_placement(), pm) {
+        (WalPlacement::Pm, Some(pm)) => {
+            let (w, first_extent) = pm.create_log(n)?;
+            Ok((
+                LogWriter::Pm(w),
+                Some(crate::version::edit::PmWal {
+                    log_number: n,
+                    first_extent,
+                }),
+            ))
+        }
+        _ => {
+            let file = fs.create(&dir.join(wal_name(n)), WriteHint::default())?;
+            // The name must survive a crash for synced records to.
+            fs.sync_dir(dir)?;
+            Ok((LogWriter::File(wal::Writer::new(FileSink(file), n)), None))
+        }
+    }
+}
+
+/// Result of WAL replay at open.
+struct Replay {
+    edit: VersionEdit,
+    last_seq: SeqNo,
+}
+
+impl Replay {
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        opts: &Options,
+        fs: &Arc<dyn FileSystem>,
+        dir: &Path,
+        versions: &VersionSet,
+        stats: &StatsRecorder,
+        design: &Arc<dyn Design>,
+        pm: Option<&PmTier>,
+        rec: &Recovered,
+    ) -> Result<Replay> {
+        // Every WAL not yet covered by tables, in order: SSD files and PM logs.
+        let mut logs: Vec<(u64, Option<u64>)> = Vec::new();
+        for name in fs.list(dir)? {
+            if let Some(n) = name
+                .strip_suffix(".log")
+                .and_then(|n| n.parse::<u64>().ok())
+            {
+                if n >= rec.log_number {
+                    logs.push((n, None));
+                }
+            }
+        }
+        for w in &rec.pm_wals {
+            if w.log_number >= rec.log_number {
+                logs.push((w.log_number, Some(w.first_extent)));
+            }
+        }
+        logs.sort_unstable();
+        let mut last_seq = rec.last_seqno;
+        let mut edit = VersionEdit::default();
+        let mut mem = Arc::new(MemTable::new(0));
+        // Replayed memtables become tables that the caller's edit adds in
+        // one step together with the new log number, so a crash during
+        // replay replays the same WALs again instead of duplicating them.
+        let flush = |mem: &Arc<MemTable>, edit: &mut VersionEdit, last_seq: SeqNo| -> Result<()> {
+            let env = JobEnv {
+                opts,
+                fs,
+                dir,
+                versions,
+                stats,
+                smallest_snapshot: last_seq,
+                version: versions.current(),
+            };
+            let start = Instant::now();
+            let e = design.flush(&env, mem)?;
+            let bytes = e.new_tables.iter().map(|(_, m)| m.size_bytes).sum();
+            stats.record_flush(start, bytes, Tier::Ssd);
+            edit.new_tables.extend(e.new_tables);
+            Ok(())
+        };
+        for (n, pm_first) in logs {
+            let mut apply = |record: Vec<u8>, source: &str, offset: u64| -> Result<()> {
+                let batch = WriteBatch::decode(record, source, offset)?;
+                let end = batch.seqno() + u64::from(batch.count()).saturating_sub(1);
+                mem.apply(&batch)?;
+                last_seq = last_seq.max(end);
+                if mem.size_bytes() >= opts.memtable_size_bytes {
+                    flush(&mem, &mut edit, last_seq)?;
+                    mem = Arc::new(MemTable::new(0));
+                }
+                Ok(())
+            };
+            let torn = match pm_first {
+                Some(first) => {
+                    let pm = pm.ok_or_else(|| {
+                        Error::InvalidOptions(format!(
+                            "the manifest has WAL {n} in the PM tier but no PM tier is configured (`pm_dir`)"
+                        ))
+                    })?;
+                    replay_log(pm.open_log(first, n)?, &mut apply)?
+                }
+                None => {
+                    let path = dir.join(wal_name(n));
+                    let log = wal::FileLog::new(path.display().to_string(), fs.read_all(&path)?);
+                    replay_log(wal::Reader::new(log, n), &mut apply)?
+                }
+            };
+            if let Some(off) = torn {
+                log::warn!("WAL {n}: torn tail at offset {off} dropped (never acknowledged)");
+            }
+        }
+        if !mem.is_empty() {
+            flush(&mem, &mut edit, last_seq)?;
+        }
+        Ok(Replay { edit, last_seq })
+    }
+}
+
+/// Feeds every record of a log to `apply`; returns the torn-tail offset.
+fn replay_log<S: wal::LogSource>(
+    mut reader: wal::Reader<S>,
+    apply: &mut dyn FnMut(Vec<u8>, &str, u64) -> Result<()>,
+) -> Result<Option<u64>> {
+    let name = reader.source_name().to_string();
+    while let Some(record) = reader.next_record()? {
+        apply(record, &name, reader.last_record_offset())?;
+    }
+    Ok(reader.torn_tail())
+}
+
+fn start_background(inner: &Arc<Inner>) -> Vec<JoinHandle<()>> {
+    let n = inner.opts.background_threads;
+    (0..n)
+        .map(|i| {
+            let role = if n == 1 {
+                Role::Both
+            } else if i == 0 {
+                Role::Flush
+            } else {
+                Role::Compaction
+            };
+            let inner = Arc::clone(inner);
+            std::thread::Builder::new()
+                .name(format!("tierkv-bg-{i}"))
+                .spawn(move || inner.background_loop(role))
+                .map_err(|e| Error::io("spawn background thread", e))
+        })
+        .filter_map(|r| match r {
+            Ok(h) => Some(h),
+            Err(e) => {
+                log::error!("{e}");
+                None
+            }
+        })
+        .collect()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Flush,
+    Compaction,
+    Both,
+}
+
+enum Work {
+    Flush(Arc<MemTable>),
+    Compact(Task),
+}
+
+impl Inner {
+    fn super_version(&self) -> Arc<SuperVersion> {
+        Arc::clone(&self.super_version.read())
+    }
+
+    /// Rebuilds the super version from the state. REQUIRES: `state` locked.
+    fn install_super_version(&self, st: &State) {
+        let sv = SuperVersion {
+            mem: Arc::clone(&st.mem),
+            imms: st.imms.iter().rev().cloned().collect(),
+            version: self.versions.current(),
+        };
+        *self.super_version.write() = Arc::new(sv);
+    }
+
+    fn smallest_snapshot(&self) -> SeqNo {
+        let l = self.snapshots.lock();
+        let last = self.last_seq.load(Ordering::Acquire);
+        l.keys().next().copied().unwrap_or(last).min(last)
+    }
+
+    fn job_env(&self, version: Arc<Version>) -> JobEnv<'_> {
+        JobEnv {
+            opts: &self.opts,
+            fs: &self.fs,
+            dir: &self.dir,
+            versions: &self.versions,
+            stats: &self.stats,
+            smallest_snapshot: self.smallest_snapshot(),
+            version,
+        }
+    }
+
+    // ---------------------------------------------------------------- writes
+
+    /// Queues a write (or, with `force_switch` and no batch, a memtable
+    /// switch) and runs it as leader or waits for a leader to.
+    fn write(&self, batch: Option<WriteBatch>, sync: bool, force_switch: bool) -> Result<()> {
+        let me = Arc::new(Writer {
+            batch: Mutex::new(batch),
+            sync,
+            force_switch,
+            done: AtomicBool::new(false),
+            result: Mutex::new(None),
+        });
+        let mut q = self.writers.lock();
+        q.push_back(Arc::clone(&me));
+        while !me.done.load(Ordering::Acquire) && !q.front().is_some_and(|f| Arc::ptr_eq(f, &me)) {
+            self.writers_cv.wait(&mut q);
+        }
+        if me.done.load(Ordering::Acquire) {
+            return me.result.lock().take().unwrap_or(Ok(()));
+        }
+        // Leader. Make room without holding the queue lock.
+        drop(q);
+        let own_bytes = me.batch.lock().as_ref().map_or(0, |b| b.encoded().len());
+        let room = self.make_room_for_write(own_bytes, force_switch);
+        let mut q = self.writers.lock();
+        let result = match room {
+            Ok(()) if force_switch => {
+                q.pop_front();
+                Ok(())
+            }
+            Err(e) => {
+                // Fail only the leader; followers retry as leaders.
+                q.pop_front();
+                self.writers_cv.notify_all();
+                return Err(e);
+            }
+            Ok(()) => {
+                // Take a group: the leader plus followers up to the size cap.
+                let mut group: Vec<Arc<Writer>> = Vec::new();
+                let mut bytes = 0usize;
+                let mut any_sync = false;
+                let cap = if own_bytes <= 128 << 10 {
+                    own_bytes + (128 << 10)
+                } else {
+                    GROUP_MAX_BYTES
+                };
+                for w in q.iter() {
+                    if w.force_switch {
+                        break;
+                    }
+                    let n = w.batch.lock().as_ref().map_or(0, |b| b.encoded().len());
+                    if !group.is_empty() && (bytes + n > cap || (w.sync && !me.sync)) {
+                        break;
+                    }
+                    bytes += n;
+                    any_sync |= w.sync;
+                    group.push(Arc::clone(w));
+                }
+                drop(q);
+                let r = self.commit_group(&group, any_sync);
+                q = self.writers.lock();
+                for w in &group[1..] {
+                    *w.result.lock() = Some(r.clone());
+                    w.done.store(true, Ordering::Release);
+                }
+                for _ in 0..group.len() {
+                    q.pop_front();
+                }
+                r
+            }
+        };
+        self.writers_cv.notify_all();
+        drop(q);
+        result
+    }
+
+    /// Writes a group to the WAL and the memtable and publishes it.
+    fn commit_group(&self, group: &[Arc<Writer>], sync: bool) -> Result<()> {
+        let first = self.last_seq.load(Ordering::Acquire) + 1;
+        let mut batch = match group[0].batch.lock().take() {
+            Some(b) => b,
+            None => return Ok(()),
+        };
+        for w in &group[1..] {
+            if let Some(b) = w.batch.lock().take() {
+                batch.append(&b);
+            }
+        }
+        let count = u64::from(batch.count());
+        if first + count > MAX_SEQNO {
+            return Err(Error::InvalidArgument("sequence numbers exhausted".into()));
+        }
+        batch.set_seqno(first);
+        let mem = Arc::clone(&self.state.lock().mem);
+        {
+            let mut log = self.log.lock();
+            let before = log.bytes_written();
+            let r = log.add_record(batch.encoded()).and_then(|()| {
+                if sync || log.is_pm() {
+                    log.sync()
+                } else {
+                    Ok(())
+                }
+            });
+            let written = log.bytes_written() - before;
+            let pm = log.is_pm();
+            drop(log);
+            self.stats.add_written(|w| {
+                if pm {
+                    w.wal_pm += written
+                } else {
+                    w.wal_ssd += written
+                }
+            });
+            if let Err(e) = r {
+                // The WAL may now end in a partial record: stop writes.
+                self.set_bg_error(&e);
+                return Err(e);
+            }
+        }
+        mem.apply(&batch)?;
+        self.stats.user_ops.fetch_add(count, Ordering::Relaxed);
+        self.stats
+            .user_bytes
+            .fetch_add(batch.user_bytes(), Ordering::Relaxed);
+        self.last_seq.store(first + count - 1, Ordering::Release);
+        Ok(())
+    }
+
+    fn set_bg_error(&self, e: &Error) {
+        let mut st = self.state.lock();
+        if st.bg_error.is_none() {
+            log::error!("tierkv: stopping writes after background error: {e}");
+            st.bg_error = Some(e.clone());
+        }
+        drop(st);
+        self.done_cv.notify_all();
+    }
+
+    /// Leader only: waits out stalls and switches to a new memtable when the
+    /// current one is full (or `force` and non-empty).
+    fn make_room_for_write(&self, bytes: usize, force: bool) -> Result<()> {
+        let mut delayed = false;
+        let mut st = self.state.lock();
+        loop {
+            if let Some(e) = &st.bg_error {
+                return Err(Error::Background(e.to_string()));
+            }
+            if st.shutting_down {
+                return Err(Error::Closed);
+            }
+            let v = self.versions.current();
+            let control = self.design.write_control(&v, st.imms.len());
+            // RocksDB's delayed write rate: slower while debt grows, faster as it shrinks.
+            let debt = self.design.debt(&v);
+            match control {
+                WriteControl::Delay(_) => {
+                    let max = self.opts.delayed_write_rate_bytes_per_sec as f64;
+                    if st.delay_next.is_none() {
+                        st.delay_rate_bytes_per_sec = max;
+                    } else if debt > st.last_debt {
+                        st.delay_rate_bytes_per_sec =
+                            (st.delay_rate_bytes_per_sec * 0.8).max(16384.0);
+                    } else if debt < st.last_debt {
+                        st.delay_rate_bytes_per_sec = (st.delay_rate_bytes_per_sec * 1.25).min(max);
+                    }
+                }
+                _ => st.delay_next = None,
+            }
+            st.last_debt = debt;
+            let mem_full = st.mem.size_bytes() >= self.opts.memtable_size_bytes
+                || (force && !st.mem.is_empty());
+            match control {
+                WriteControl::Delay(cause) if !delayed && !force => {
+                    delayed = true;
+                    let now = Instant::now();
+                    let next = st.delay_next.unwrap_or(now).max(now);
+                    let wait = Duration::from_secs_f64(bytes as f64 / st.delay_rate_bytes_per_sec);
+                    st.delay_next = Some(next + wait);
+                    if next > now {
+                        drop(st);
+                        std::thread::sleep(next - now);
+                        self.stats.record_stall(now, cause);
+                        st = self.state.lock();
+                    }
+                    continue;
+                }
+                WriteControl::Stop(cause) if !force || mem_full => {
+                    let start = Instant::now();
+                    self.bg_cv.notify_all();
+                    self.done_cv.wait_for(&mut st, Duration::from_millis(100));
+                    self.stats.record_stall(start, cause);
+                    continue;
+                }
+                _ => {}
+            }
+            if !mem_full {
+                return Ok(());
+            }
+            if st.imms.len() + 1 >= self.opts.memtable_count_max {
+                let start = Instant::now();
+                self.bg_cv.notify_all();
+                self.done_cv.wait_for(&mut st, Duration::from_millis(100));
+                self.stats.record_stall(start, StallCause::MemtableFull);
+                continue;
+            }
+            // Switch: the old WAL is synced so recovery always sees a prefix
+            // of the acknowledged writes.
+            let n = self.versions.new_file_number();
+            let (log, pm_wal) = new_log(&self.opts, &self.fs, &self.dir, self.pm.as_deref(), n)?;
+            if let Some(w) = pm_wal {
+                let edit = VersionEdit {
+                    new_pm_wals: vec![w],
+                    ..Default::default()
+                };
+                self.versions
+                    .log_and_apply(edit, self.last_seq.load(Ordering::Acquire))?;
+            }
+            {
+                let mut old = self.log.lock();
+                if let Err(e) = old.sync() {
+                    drop(old);
+                    self.set_bg_error(&e);
+                    return Err(e);
+                }
+                *old = log;
+            }
+            let old_mem = std::mem::replace(&mut st.mem, Arc::new(MemTable::new(n)));
+            st.imms.push_back(old_mem);
+            self.install_super_version(&st);
+            self.bg_cv.notify_all();
+            return Ok(());
+        }
+    }
+
+    /// Switches the memtable (if non-empty) and waits until every immutable
+    /// memtable is flushed.
+    fn flush_all(&self) -> Result<()> {
+        self.write(None, false, true)?;
+        let mut st = self.state.lock();
+        while !st.imms.is_empty() {
+            if let Some(e) = &st.bg_error {
+                return Err(Error::Background(e.to_string()));
+            }
+            if st.shutting_down {
+                return Err(Error::Closed);
+            }
+            self.bg_cv.notify_all();
+            self.done_cv.wait_for(&mut st, Duration::from_millis(100));
+        }
+        Ok(())
+    }
+
+    fn compact_range(&self, lo: Option<&[u8]>, hi: Option<&[u8]>) -> Result<()> {
+        let levels = self.opts.level_count;
+        for level in 0..levels - 1 {
+            loop {
+                let mut st = self.state.lock();
+                if let Some(e) = &st.bg_error {
+                    return Err(Error::Background(e.to_string()));
+                }
+                if st.shutting_down {
+                    return Err(Error::Closed);
+                }
+                let v = self.versions.current();
+                if v.overlapping(level, lo, hi).is_empty() {
+                    break;
+                }
+                let Some(task) = self.design.pick_manual(&v, &st.busy, level, lo, hi) else {
+                    // Inputs busy: wait for the running job.
+                    self.done_cv.wait_for(&mut st, Duration::from_millis(50));
+                    continue;
+                };
+                st.busy.extend(task.input_ids());
+                st.manual_running = true;
+                drop(st);
+                let r = self.run_compaction(&task, v);
+                let mut st = self.state.lock();
+                for id in task.input_ids() {
+                    st.busy.remove(&id);
+                }
+                st.manual_running = false;
+                drop(st);
+                self.done_cv.notify_all();
+                self.bg_cv.notify_all();
+                r?;
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    // ------------------------------------------------------------ background
+
+    fn background_loop(self: Arc<Self>, role: Role) {
+        let mut st = self.state.lock();
+        loop {
+            if st.shutting_down {
+                return;
+            }
+            let work = if st.bg_error.is_some() {
+                None
+            } else {
+                self.next_work(&mut st, role)
+            };
+            let Some(work) = work else {
+                self.bg_cv.wait_for(&mut st, Duration::from_millis(200));
+                continue;
+            };
+            drop(st);
+            match work {
+                Work::Flush(mem) => {
+                    let r = self.run_flush(&mem);
+                    st = self.state.lock();
+                    st.flushing = false;
+                    match r {
+                        Ok(()) => {
+                            if st.imms.front().is_some_and(|m| Arc::ptr_eq(m, &mem)) {
+                                st.imms.pop_front();
+                            }
+                            self.install_super_version(&st);
+                        }
+                        Err(e) => {
+                            drop(st);
+                            self.set_bg_error(&e);
+                            st = self.state.lock();
+                        }
+                    }
+                }
+                Work::Compact(task) => {
+                    let v = self.versions.current();
+                    let r = self.run_compaction(&task, v);
+                    st = self.state.lock();
+                    for id in task.input_ids() {
+                        st.busy.remove(&id);
+                    }
+                    st.compactions_running -= 1;
+                    match r {
+                        Ok(()) => self.install_super_version(&st),
+                        Err(e) => {
+                            drop(st);
+                            self.set_bg_error(&e);
+                            st = self.state.lock();
+                        }
+                    }
+                }
+            }
+            drop(st);
+            self.release_obsolete();
+            self.done_cv.notify_all();
+            self.bg_cv.notify_all();
+            st = self.state.lock();
+        }
+    }
+
+    /// Picks the next job for a thread of `role`. REQUIRES: `state` locked.
+    fn next_work(&self, st: &mut State, role: Role) -> Option<Work> {
+        if role != Role::Compaction && !st.flushing {
+            if let Some(m) = st.imms.front() {
+                st.flushing = true;
+                return Some(Work::Flush(Arc::clone(m)));
+            }
+        }
+        if role != Role::Flush && !st.manual_running {
+            let v = self.versions.current();
+            if let Some(task) = self.design.pick(&v, &st.busy) {
+                st.busy.extend(task.input_ids());
+                st.compactions_running += 1;
+                return Some(Work::Compact(task));
+            }
+        }
+        None
+    }
+
+    fn run_flush(&self, mem: &Arc<MemTable>) -> Result<()> {
+        let start = Instant::now();
+        let env = self.job_env(self.versions.current());
+        let mut edit = self.design.flush(&env, mem)?;
+        let out: u64 = edit.new_tables.iter().map(|(_, m)| m.size_bytes).sum();
+        // Every WAL up to this memtable's is now covered by tables.
+        edit.log_number = Some(mem.log_number() + 1);
+        let pm_log = self
+            .versions
+            .pm_wals()
+            .into_iter()
+            .find(|w| w.log_number == mem.log_number());
+        if let Some(w) = pm_log {
+            edit.deleted_pm_wals.push(w.log_number);
+        }
+        self.versions
+            .log_and_apply(edit, self.last_seq.load(Ordering::Acquire))?;
+        let tier = self.flush_tier();
+        self.stats.record_flush(start, out, tier);
+        // The WAL is obsolete only now that the edit is durable.
+        match pm_log {
+            Some(w) => {
+                if let Some(pm) = &self.pm {
+                    pm.free_log(w.first_extent)?;
+                }
+            }
+            None => {
+                let _ = self.fs.remove(&self.dir.join(wal_name(mem.log_number())));
+            }
+        }
+        Ok(())
+    }
+
+    fn flush_tier(&self) -> Tier {
+        if self.opts.design.needs_pm() {
+            Tier::Pm
+        } else {
+            Tier::Ssd
+        }
+    }
+
+    fn run_compaction(&self, task: &Task, v: Arc<Version>) -> Result<()> {
+        let start = Instant::now();
+        let env = self.job_env(v);
+        let edit = self.design.run(&env, task)?;
+        let output_bytes: u64 = if task.kind == design::TaskKind::TrivialMove {
+            0
+        } else {
+            edit.new_tables.iter().map(|(_, m)| m.size_bytes).sum()
+        };
+        self.versions
+            .log_and_apply(edit, self.last_seq.load(Ordering::Acquire))?;
+        self.stats.record_compaction(
+            CompactionRecord {
+                start: self.stats.since_open(start),
+                duration: start.elapsed(),
+                kind: task.kind.name().to_string(),
+                input_bytes: task.input_bytes(),
+                output_level: task.output_level,
+                output_bytes,
+            },
+            Tier::Ssd,
+        );
+        Ok(())
+    }
+
+    /// Releases the storage of tables no version references any more.
+    fn release_obsolete(&self) {
+        let metas: Vec<_> = std::mem::take(&mut *self.versions.ctx().obsolete.lock());
+        for m in metas {
+            match m.tier {
+                Tier::Ssd => {
+                    let path = self.versions.ctx().sst_path(m.id);
+                    if let Err(e) = self.fs.remove(&path) {
+                        log::warn!("could not remove obsolete {}: {e}", path.display());
+                    }
+                }
+                Tier::Pm => {
+                    if let Some(pm) = &self.pm {
+                        for run in &m.pm_pages {
+                            if let Err(e) = pm.free_pages(*run) {
+                                log::warn!("could not free PM pages of table {}: {e}", m.id);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// At open: removes SSTs no version references, WALs below the log
+    /// number, and leftover temporary files.
+    fn remove_obsolete_files(&self) -> Result<()> {
+        self.release_obsolete();
+        let v = self.versions.current();
+        let live: HashSet<u64> = v.table_ids().collect();
+        let log_number = self.versions.log_number();
+        for name in self.fs.list(&self.dir)? {
+            let remove = if let Some(n) = name
+                .strip_suffix(".sst")
+                .and_then(|n| n.parse::<u64>().ok())
+            {
+                !live.contains(&n)
+            } else if let Some(n) = name
+                .strip_suffix(".log")
+                .and_then(|n| n.parse::<u64>().ok())
+            {
+                n < log_number
+            } else {
+                name == "CURRENT.tmp"
+            };
+            if remove {
+                let _ = self.fs.remove(&self.dir.join(&name));
+            }
+        }
+        Ok(())
+    }
+
+    fn stats_snapshot(&self) -> Stats {
+        let v = self.versions.current();
+        self.stats.snapshot(v.shape())
+    }
+}

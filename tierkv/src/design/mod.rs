@@ -1,0 +1,148 @@
+//! The design seam (DESIGN.md §2): a design is a flush target, a picker, a
+//! job runner and a write controller. The engine (`db.rs`) knows only these
+//! traits; each preset lives in its own module.
+//!
+//! * [`Design::flush`] turns an immutable memtable into tables (an edit).
+//! * [`Design::pick`] is **pure**: a function of an immutable [`Version`] and
+//!   the set of tables already being compacted. Pickers are tested with
+//!   golden LSM shapes (tierkv/testdata/) and can be replayed without I/O.
+//! * [`Design::run`] executes a [`Task`] and returns the edit to apply.
+//! * [`Design::write_control`] says whether writes proceed, are delayed or
+//!   stop, given the version and the memtable backlog.
+
+pub mod classic;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use crate::db::pm::PmTier;
+use crate::error::Result;
+use crate::memtable::MemTable;
+use crate::options::{Options, Preset};
+use crate::stats::StallCause;
+use crate::version::edit::VersionEdit;
+use crate::version::{TableContext, TableHandle, Version};
+
+pub use crate::compaction::JobEnv;
+
+/// What a compaction task is, for stats and dispatch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskKind {
+    /// L0 → L1 (merge all overlapping L0 tables with the overlapped L1 tables).
+    L0ToL1,
+    /// Ln → Ln+1 for n ≥ 1.
+    Leveled,
+    /// A table moved to the next level without rewriting (edit only).
+    TrivialMove,
+    /// A compaction asked for by `compact_range`.
+    Manual,
+}
+
+impl TaskKind {
+    /// Name used in stats.
+    pub fn name(self) -> &'static str {
+        match self {
+            TaskKind::L0ToL1 => "l0-l1",
+            TaskKind::Leveled => "leveled",
+            TaskKind::TrivialMove => "trivial-move",
+            TaskKind::Manual => "manual",
+        }
+    }
+}
+
+/// A unit of background work chosen by a picker.
+#[derive(Debug, Clone)]
+pub struct Task {
+    /// What kind of task.
+    pub kind: TaskKind,
+    /// Input tables per level, in level order.
+    pub inputs: Vec<(usize, Vec<Arc<TableHandle>>)>,
+    /// Level the output goes to.
+    pub output_level: usize,
+    /// Tables of `output_level + 1` overlapping the inputs (to cut outputs
+    /// so that no output overlaps too much of the next level).
+    pub grandparents: Vec<Arc<TableHandle>>,
+    /// New round-robin cursor for the input level, if the picker keeps one.
+    pub cursor: Option<(usize, Vec<u8>)>,
+}
+
+impl Task {
+    /// Every input table id.
+    pub fn input_ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.inputs
+            .iter()
+            .flat_map(|(_, ts)| ts.iter().map(|t| t.meta.id))
+    }
+
+    /// Input bytes per level.
+    pub fn input_bytes(&self) -> Vec<(usize, u64)> {
+        self.inputs
+            .iter()
+            .map(|(l, ts)| (*l, ts.iter().map(|t| t.meta.size_bytes).sum()))
+            .collect()
+    }
+}
+
+/// The write controller's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteControl {
+    /// Write at full speed.
+    Proceed,
+    /// Write, but at most at the delayed write rate.
+    Delay(StallCause),
+    /// Wait until background work changes the situation.
+    Stop(StallCause),
+}
+
+/// A design preset plugged into the engine.
+pub trait Design: Send + Sync {
+    /// The preset.
+    fn preset(&self) -> Preset;
+
+    /// Writes an immutable memtable to its flush target; returns the edit
+    /// adding the new tables (the caller sets the log number and applies it).
+    fn flush(&self, env: &JobEnv, mem: &Arc<MemTable>) -> Result<VersionEdit>;
+
+    /// Chooses the next background task, if any. Pure.
+    fn pick(&self, v: &Version, busy: &HashSet<u64>) -> Option<Task>;
+
+    /// A manual compaction of the user-key range `[lo, hi]` out of `level`.
+    fn pick_manual(
+        &self,
+        v: &Version,
+        busy: &HashSet<u64>,
+        level: usize,
+        lo: Option<&[u8]>,
+        hi: Option<&[u8]>,
+    ) -> Option<Task>;
+
+    /// Runs a task; returns the edit to apply.
+    fn run(&self, env: &JobEnv, task: &Task) -> Result<VersionEdit>;
+
+    /// Whether writes may proceed given the version and the number of
+    /// immutable memtables waiting to be flushed.
+    fn write_control(&self, v: &Version, immutable_count: usize) -> WriteControl;
+
+    /// Called once at open, before recovery reads any table: a PM design
+    /// registers how its PM tables are opened
+    /// (`ctx.pm_opener`). The default does nothing.
+    fn install(&self, ctx: &Arc<TableContext>) {
+        let _ = ctx;
+    }
+
+    /// A number that grows while the LSM falls behind (RocksDB adjusts the
+    /// delayed write rate on it): L0 files plus pending compaction bytes in MB.
+    fn debt(&self, v: &Version) -> u64;
+}
+
+/// Builds the design named by `opts.design`, or refuses it at open. PM
+/// designs get the PM tier (region and page allocator) here.
+pub fn build(opts: &Options, pm: Option<Arc<PmTier>>) -> Result<Arc<dyn Design>> {
+    let _ = &pm;
+    match opts.design {
+        Preset::Classic => Ok(Arc::new(classic::Classic::new(opts))),
+        other => Err(crate::Error::InvalidOptions(format!(
+            "design `{other}` is not available in this build of tierkv (available: classic)"
+        ))),
+    }
+}

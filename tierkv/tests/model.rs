@@ -1,0 +1,429 @@
+//! The model test: the same seeded operations under every design, with
+//! flushes, compactions, snapshots, clean reopens and crashes, compared
+//! against a `BTreeMap`.
+//!
+//! A crash cuts the shared power switch of the crashable file system and
+//! the PM simulator at one instant, reopens on what was durable, and checks
+//! that the database equals the model after some prefix of the committed
+//! writes that includes every acknowledged *synced* write (all writes, when
+//! the WAL is on PM).
+//!
+//! A failure prints its seed; replay it with
+//! `TIERKV_MODEL_SEED=<seed> cargo test --test model -- <design>` and turn
+//! it into a named regression test below.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use tierkv::storage::mem::MemFs;
+use tierkv::storage::sim::SimRegion;
+use tierkv::storage::Power;
+use tierkv::{Db, Options, Preset, ReadOptions, Snapshot, WalPlacement, WriteBatch, WriteOptions};
+
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+
+/// How one run is set up: the design, where the WAL lives, the seeds.
+#[derive(Clone, Copy)]
+struct Setup {
+    design: Preset,
+    pm_wal: bool,
+    seeds: &'static [u64],
+    ops: usize,
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Put(Vec<u8>, Vec<u8>),
+    Delete(Vec<u8>),
+}
+
+struct Harness {
+    setup: Setup,
+    fs: MemFs,
+    sim: Option<Arc<SimRegion>>,
+    power: Power,
+    db: Option<Db>,
+    dir: PathBuf,
+    /// Every committed batch, in commit order.
+    history: Vec<Vec<Op>>,
+    /// `history[..durable]` is known to survive a crash.
+    durable: usize,
+    model: Model,
+    snapshots: Vec<(Snapshot, Model)>,
+    crashes: usize,
+}
+
+fn key(i: u32) -> Vec<u8> {
+    format!("key{i:05}").into_bytes()
+}
+
+fn value(rng: &mut SmallRng) -> Vec<u8> {
+    let len = match rng.gen_range(0..100) {
+        0..=2 => rng.gen_range(4000..12000),
+        3..=10 => 0,
+        _ => rng.gen_range(1..300),
+    };
+    let b: u8 = rng.gen();
+    (0..len).map(|i| b.wrapping_add(i as u8)).collect()
+}
+
+fn apply(model: &mut Model, ops: &[Op]) {
+    for op in ops {
+        match op {
+            Op::Put(k, v) => {
+                model.insert(k.clone(), v.clone());
+            }
+            Op::Delete(k) => {
+                model.remove(k);
+            }
+        }
+    }
+}
+
+impl Harness {
+    fn new(setup: Setup) -> Harness {
+        let power = Power::new();
+        let fs = MemFs::new();
+        fs.set_power(power.clone());
+        let sim = setup.pm_wal.then(|| {
+            let r = Arc::new(SimRegion::new(8 << 20));
+            r.set_power(power.clone());
+            r
+        });
+        let mut h = Harness {
+            setup,
+            fs,
+            sim,
+            power,
+            db: None,
+            dir: PathBuf::from("/db"),
+            history: Vec::new(),
+            durable: 0,
+            model: Model::new(),
+            snapshots: Vec::new(),
+            crashes: 0,
+        };
+        h.open();
+        h
+    }
+
+    fn options(&self) -> Options {
+        let mut o = Options {
+            design: self.setup.design,
+            fs: Arc::new(self.fs.clone()),
+            memtable_size_bytes: 64 << 10,
+            sst_size_bytes: 64 << 10,
+            l1_size_bytes: 256 << 10,
+            level_size_multiplier: 4,
+            level_count: 5,
+            l0_compaction_trigger: 2,
+            l0_slowdown_trigger: 6,
+            l0_stop_trigger: 10,
+            block_size_bytes: 1024,
+            block_cache_bytes: 256 << 10,
+            background_threads: 2,
+            ..Options::default()
+        };
+        if let Some(sim) = &self.sim {
+            o.pm_region = Some(Arc::clone(sim) as Arc<dyn tierkv::storage::PmRegion>);
+            o.pm_size_bytes = 8 << 20;
+            o.wal = Some(WalPlacement::Pm);
+        }
+        o
+    }
+
+    fn open(&mut self) {
+        let db = Db::open(Path::new(&self.dir), self.options())
+            .unwrap_or_else(|e| panic!("reopen failed: {e}"));
+        self.db = Some(db);
+    }
+
+    fn db(&self) -> &Db {
+        self.db.as_ref().expect("open")
+    }
+
+    fn commit(&mut self, ops: Vec<Op>, sync: bool) {
+        let mut b = WriteBatch::new();
+        for op in &ops {
+            match op {
+                Op::Put(k, v) => b.put(k, v),
+                Op::Delete(k) => b.delete(k),
+            };
+        }
+        self.db()
+            .write(b, &WriteOptions { sync })
+            .unwrap_or_else(|e| panic!("write failed: {e}"));
+        apply(&mut self.model, &ops);
+        self.history.push(ops);
+        if sync || self.setup.pm_wal {
+            self.durable = self.history.len();
+        }
+    }
+
+    fn check_get(&self, k: &[u8], snap: Option<&(Snapshot, Model)>) {
+        let (opts, model) = match snap {
+            Some((s, m)) => (
+                ReadOptions {
+                    snapshot: Some(s.clone()),
+                    ..Default::default()
+                },
+                m,
+            ),
+            None => (ReadOptions::default(), &self.model),
+        };
+        let got = self.db().get_with(k, &opts).expect("get");
+        assert_eq!(
+            got.as_deref(),
+            model.get(k).map(|v| v.as_slice()),
+            "get {:?}",
+            String::from_utf8_lossy(k)
+        );
+    }
+
+    fn check_scan(&self, rng: &mut SmallRng, snap: Option<&(Snapshot, Model)>) {
+        let lo = rng.gen_bool(0.5).then(|| key(rng.gen_range(0..400)));
+        let hi = rng.gen_bool(0.5).then(|| key(rng.gen_range(0..400)));
+        let reverse = rng.gen_bool(0.5);
+        let limit = rng.gen_range(1..80);
+        let (snapshot, model) = match snap {
+            Some((s, m)) => (Some(s.clone()), m),
+            None => (None, &self.model),
+        };
+        let mut it = self
+            .db()
+            .iter(ReadOptions {
+                snapshot,
+                lower_bound: lo.clone(),
+                upper_bound: hi.clone(),
+                ..Default::default()
+            })
+            .expect("iter");
+        let range = model.iter().filter(|(k, _)| {
+            lo.as_ref().is_none_or(|l| *k >= l) && hi.as_ref().is_none_or(|h| *k < h)
+        });
+        let want: Vec<(&Vec<u8>, &Vec<u8>)> = if reverse {
+            range.rev().take(limit).collect()
+        } else {
+            range.take(limit).collect()
+        };
+        let mut got = Vec::new();
+        if reverse {
+            it.seek_to_last();
+        } else {
+            it.seek_to_first();
+        }
+        while it.valid() && got.len() < limit {
+            got.push((it.key().to_vec(), it.value().to_vec()));
+            if reverse {
+                it.prev();
+            } else {
+                it.next();
+            }
+        }
+        it.status().expect("iterator status");
+        let want: Vec<(Vec<u8>, Vec<u8>)> = want
+            .into_iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        assert_eq!(
+            got.iter()
+                .map(|(k, _)| String::from_utf8_lossy(k).into_owned())
+                .collect::<Vec<_>>(),
+            want.iter()
+                .map(|(k, _)| String::from_utf8_lossy(k).into_owned())
+                .collect::<Vec<_>>(),
+            "scan keys lo={lo:?} hi={hi:?} reverse={reverse}"
+        );
+        assert!(got == want, "scan values differ");
+        // Direction changes: step back and forth once (on the latest state).
+        if got.len() >= 2 && snap.is_none() {
+            let mut it = self.db().iter(ReadOptions::default()).expect("iter");
+            it.seek(&got[1].0);
+            if it.valid() && !reverse {
+                it.prev();
+                assert!(it.valid());
+                assert_eq!(it.key(), got[0].0.as_slice(), "prev after seek");
+                it.next();
+                assert_eq!(it.key(), got[1].0.as_slice(), "next after prev");
+            }
+        }
+    }
+
+    fn full_contents(&self) -> Model {
+        let mut it = self.db().iter(ReadOptions::default()).expect("iter");
+        it.seek_to_first();
+        let mut m = Model::new();
+        while it.valid() {
+            m.insert(it.key().to_vec(), it.value().to_vec());
+            it.next();
+        }
+        it.status().expect("scan after reopen");
+        m
+    }
+
+    fn reopen(&mut self) {
+        self.snapshots.clear();
+        let db = self.db.take().expect("open");
+        db.close().expect("close");
+        // A clean close makes every write durable.
+        self.durable = self.history.len();
+        self.open();
+        assert_eq!(
+            self.full_contents(),
+            self.model,
+            "contents after clean reopen"
+        );
+    }
+
+    fn crash(&mut self) {
+        self.snapshots.clear();
+        self.crashes += 1;
+        self.power.cut();
+        let fs = self.fs.crash();
+        let sim = self.sim.as_ref().map(|s| Arc::new(s.crash()));
+        drop(self.db.take()); // its later writes reach the old devices only
+        self.power = Power::new();
+        fs.set_power(self.power.clone());
+        if let Some(s) = &sim {
+            s.set_power(self.power.clone());
+        }
+        self.fs = fs;
+        self.sim = sim;
+        self.open();
+        // The state must be the model after some prefix of the history that
+        // includes every durable write.
+        let got = self.full_contents();
+        let mut m = Model::new();
+        for ops in &self.history[..self.durable] {
+            apply(&mut m, ops);
+        }
+        let mut n = self.durable;
+        while got != m && n < self.history.len() {
+            apply(&mut m, &self.history[n]);
+            n += 1;
+        }
+        assert!(
+            got == m,
+            "after crash: no prefix of the {} committed batches (>= {} durable) matches the database ({} keys)",
+            self.history.len(),
+            self.durable,
+            got.len()
+        );
+        self.history.truncate(n);
+        self.durable = n;
+        self.model = m;
+    }
+
+    fn step(&mut self, rng: &mut SmallRng) {
+        let k = key(rng.gen_range(0..400));
+        match rng.gen_range(0..1000) {
+            0..=449 => {
+                let v = value(rng);
+                self.commit(vec![Op::Put(k, v)], rng.gen_bool(0.05));
+            }
+            450..=549 => self.commit(vec![Op::Delete(k)], rng.gen_bool(0.05)),
+            550..=609 => {
+                let n = rng.gen_range(1..20);
+                let ops = (0..n)
+                    .map(|_| {
+                        let k = key(rng.gen_range(0..400));
+                        if rng.gen_bool(0.8) {
+                            Op::Put(k, value(rng))
+                        } else {
+                            Op::Delete(k)
+                        }
+                    })
+                    .collect();
+                self.commit(ops, rng.gen_bool(0.2));
+            }
+            610..=779 => self.check_get(&k, None),
+            780..=829 => self.check_scan(rng, None),
+            830..=849 => {
+                let s = self.db().snapshot();
+                self.snapshots.push((s, self.model.clone()));
+            }
+            850..=889 => {
+                if !self.snapshots.is_empty() {
+                    let i = rng.gen_range(0..self.snapshots.len());
+                    if rng.gen_bool(0.3) {
+                        self.snapshots.swap_remove(i);
+                    } else {
+                        let s = &self.snapshots[i];
+                        self.check_get(&k, Some(s));
+                        self.check_scan(rng, Some(s));
+                    }
+                }
+            }
+            890..=919 => self.db().flush().expect("flush"),
+            920..=934 => {
+                let a = key(rng.gen_range(0..400));
+                let b = key(rng.gen_range(0..400));
+                let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
+                if rng.gen_bool(0.3) {
+                    self.db().compact_range(None, None).expect("compact")
+                } else {
+                    self.db()
+                        .compact_range(Some(&lo), Some(&hi))
+                        .expect("compact")
+                }
+            }
+            935..=959 => self.reopen(),
+            _ => self.crash(),
+        }
+    }
+}
+
+fn run(setup: Setup) -> usize {
+    let only: Option<u64> = std::env::var("TIERKV_MODEL_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok());
+    let seeds: Vec<u64> = match only {
+        Some(s) => vec![s],
+        None => setup.seeds.to_vec(),
+    };
+    let mut crashes = 0;
+    for seed in seeds {
+        let result = std::panic::catch_unwind(|| {
+            let mut rng = SmallRng::seed_from_u64(seed);
+            let mut h = Harness::new(setup);
+            for _ in 0..setup.ops {
+                h.step(&mut rng);
+            }
+            h.reopen();
+            h.crashes
+        });
+        match result {
+            Ok(c) => crashes += c,
+            Err(e) => {
+                eprintln!(
+                    "model test failed: design {} pm_wal {} seed {seed} (replay with TIERKV_MODEL_SEED={seed})",
+                    setup.design, setup.pm_wal
+                );
+                std::panic::resume_unwind(e);
+            }
+        }
+    }
+    crashes
+}
+
+/// One line per design and WAL placement.
+macro_rules! model_test {
+    ($name:ident, $design:expr, pm_wal: $pm:expr, seeds: $seeds:expr) => {
+        #[test]
+        fn $name() {
+            let crashes = run(Setup {
+                design: $design,
+                pm_wal: $pm,
+                seeds: $seeds,
+                ops: 4000,
+            });
+            eprintln!("{}: {crashes} crashes", stringify!($name));
+        }
+    };
+}
+
+model_test!(classic_ssd_wal, Preset::Classic, pm_wal: false, seeds: &[1, 2, 3, 4, 5, 6]);
+model_test!(classic_pm_wal, Preset::Classic, pm_wal: true, seeds: &[11, 12, 13, 14]);
