@@ -415,6 +415,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let mut plan = tiny_plan(&["tierkv:triangle", "fake"], &["fillrandom"], dir.path());
         plan.num = Some(100);
+        // tierkv refuses a PM tier below 4 MiB (Error::InvalidOptions at open).
+        plan.setup.pm_size_bytes = 1 << 20;
         let recs = execute(&plan).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(recs.len(), 1);
         assert_eq!(recs[0].config, "fake");
@@ -479,5 +481,22 @@ mod tests {
         assert!(pm.bytes.ssd_written > 0 && pm.bytes.ssd_written < ssd.bytes.ssd_written);
         // Reads find what was written.
         assert!(recs[1].ops_per_sec > 0.0 && recs[1].bytes.user == 0);
+    }
+
+    #[test]
+    fn tierkv_classic_end_to_end() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let mut plan = tiny_plan(
+            &["tierkv:classic"],
+            &["fillrandom", "readrandom", "seekrandom"],
+            dir.path(),
+        );
+        plan.num = Some(4096);
+        let recs = execute(&plan).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(recs.len(), 3);
+        assert_eq!(recs[0].engine, "tierkv");
+        assert_eq!(recs[0].ops, 4096);
+        assert!(recs[0].bytes.ssd_written > 0, "{:?}", recs[0].bytes);
+        assert!(recs[1].ops == 4096);
     }
 }

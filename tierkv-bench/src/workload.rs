@@ -203,7 +203,12 @@ impl Workload {
             seek_len: if ycsb { 100 } else { 1 + p.seek_nexts },
             background_writer: name == "readwhilewriting",
             inserts: InsertCounter::new(p.num.max(1)),
-            seed: p.seed,
+            // Each benchmark draws its own stream (readrandom must not replay
+            // fillrandom's keys), the same one for every configuration.
+            seed: p.seed
+                ^ name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                    (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+                }),
         })
     }
 
@@ -505,6 +510,21 @@ mod tests {
         assert!((4700..5300).contains(&f[4]), "{f:?}");
         assert_eq!(count("ycsb-c")[0], 10_000);
         assert!(Workload::new("nope", &params()).is_err());
+    }
+
+    #[test]
+    fn benchmarks_draw_different_keys() {
+        let keys = |name: &str| -> Vec<u64> {
+            let w = Workload::new(name, &params()).unwrap_or_else(|e| panic!("{e}"));
+            let mut s = w.stream(0, 1);
+            (0..50)
+                .map(|_| match s.next_op() {
+                    Op::Put(k) | Op::Get(k) => k,
+                    _ => u64::MAX,
+                })
+                .collect()
+        };
+        assert_ne!(keys("fillrandom"), keys("readrandom"));
     }
 
     #[test]

@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 pub mod fake;
 #[cfg(feature = "rocksdb")]
 pub mod rocksdb;
+pub mod tierkv;
 
 /// A key-value engine as the workloads see it.
 pub trait Engine: Send + Sync {
@@ -169,11 +170,11 @@ impl Config {
             "fake" => EngineKind::Fake,
             "tierkv" => EngineKind::Tierkv("classic".into()),
             _ => match s.strip_prefix("tierkv:") {
-                Some(p) if tierkv::Preset::from_name(p).is_some() => {
+                Some(p) if ::tierkv::Preset::from_name(p).is_some() => {
                     EngineKind::Tierkv(p.to_string())
                 }
                 Some(p) => {
-                    let all: Vec<&str> = tierkv::Preset::ALL.iter().map(|p| p.name()).collect();
+                    let all: Vec<&str> = ::tierkv::Preset::ALL.iter().map(|p| p.name()).collect();
                     return Err(Error::Usage(format!(
                         "unknown tierkv preset `{p}`; presets: {}",
                         all.join(", ")
@@ -205,7 +206,7 @@ impl Config {
     /// True if the configuration keeps data in the PM directory.
     pub fn uses_pm(&self) -> bool {
         match &self.kind {
-            EngineKind::Tierkv(p) => tierkv::Preset::from_name(p).is_some_and(|p| p.needs_pm()),
+            EngineKind::Tierkv(p) => ::tierkv::Preset::from_name(p).is_some_and(|p| p.needs_pm()),
             EngineKind::RocksdbL0Pm => true,
             EngineKind::RocksdbSsd | EngineKind::Fake => false,
         }
@@ -308,10 +309,8 @@ fn open_rocksdb(config: &Config, _setup: &EngineSetup) -> Result<Box<dyn Engine>
     )))
 }
 
-fn open_tierkv(preset: &str, _setup: &EngineSetup) -> Result<Box<dyn Engine>> {
-    Err(Error::Refused(format!(
-        "`tierkv:{preset}`: the tierkv engine (Db::open) is not available in this build yet"
-    )))
+fn open_tierkv(preset: &str, setup: &EngineSetup) -> Result<Box<dyn Engine>> {
+    Ok(Box::new(self::tierkv::TierkvEngine::open(preset, setup)?))
 }
 
 #[cfg(test)]
