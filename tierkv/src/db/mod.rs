@@ -167,6 +167,8 @@ struct State {
     delay_next: Option<Instant>,
     delay_rate_bytes_per_sec: f64,
     last_debt: u64,
+    /// Write-controller verdict and debt for (version generation, imm count).
+    control_cache: Option<((u64, usize), WriteControl, u64)>,
 }
 
 struct Inner {
@@ -313,6 +315,7 @@ impl Db {
                 delay_next: None,
                 delay_rate_bytes_per_sec: options.delayed_write_rate_bytes_per_sec as f64,
                 last_debt: 0,
+                control_cache: None,
             }),
             bg_cv: Condvar::new(),
             done_cv: Condvar::new(),
@@ -904,10 +907,21 @@ impl Inner {
             if st.shutting_down {
                 return Err(Error::Closed);
             }
+            // The verdict depends only on the version and the memtable
+            // backlog: compute it once per change, not once per write.
             let v = self.versions.current();
-            let control = self.design.write_control(&v, st.imms.len());
+            let key = (v.generation, st.imms.len());
+            let (control, debt) = match st.control_cache {
+                Some((k, c, d)) if k == key => (c, d),
+                _ => {
+                    let c = self.design.write_control(&v, st.imms.len());
+                    let d = self.design.debt(&v);
+                    st.control_cache = Some((key, c, d));
+                    (c, d)
+                }
+            };
+            drop(v);
             // RocksDB's delayed write rate: slower while debt grows, faster as it shrinks.
-            let debt = self.design.debt(&v);
             match control {
                 WriteControl::Delay(_) => {
                     let max = self.opts.delayed_write_rate_bytes_per_sec as f64;
