@@ -970,7 +970,7 @@ impl Inner {
                 let start = Instant::now();
                 let cause = self
                     .design
-                    .flush_blocked(&v)
+                    .flush_blocked(&self.versions.current())
                     .unwrap_or(StallCause::MemtableFull);
                 self.bg_cv.notify_all();
                 self.done_cv.wait_for(&mut st, Duration::from_millis(100));
