@@ -172,6 +172,25 @@ pub struct Options {
     /// L0 at its trigger) absorbs bursts while bounding L0 reads to 8 files.
     pub vlsm_l0_max_ssts: usize,
 
+    /// Split the key space into this many independent LSMs (vLSM's
+    /// *regions*; the paper runs 4 to 256), 1..=256. They share one WAL and
+    /// one seqno space (batches spanning regions stay atomic, snapshots are
+    /// consistent), one MANIFEST, the memtable budget (the mutable
+    /// memtables of all regions together switch at `memtable_size_bytes`,
+    /// largest first, so with N evenly written regions a memtable — and an
+    /// L0 table — holds about 2 × `memtable_size_bytes` / N), the background
+    /// threads and the block cache. Each has its own levels, compactions and
+    /// write-control verdict (the strictest region's applies to writes).
+    /// Fixed when the database is created (db/region.rs).
+    pub regions: usize,
+    /// With `regions` = N > 1: N − 1 strictly increasing user keys that
+    /// split the key space into ranges (region r holds
+    /// `[boundaries[r-1], boundaries[r])`), so that scans stay in the
+    /// regions their bounds overlap. Empty: keys are routed by a hash,
+    /// which spreads any key distribution evenly but makes every scan
+    /// merge the streams of all N regions.
+    pub region_boundaries: Vec<Vec<u8>>,
+
     /// The file system of the SSD tier (posix by default; tests pass a
     /// crashable or error-injecting one).
     pub fs: Arc<dyn FileSystem>,
@@ -213,6 +232,8 @@ impl Default for Options {
             vlsm_growth_factor: 8,
             vlsm_phi: 32,
             vlsm_l0_max_ssts: 8,
+            regions: 1,
+            region_boundaries: Vec::new(),
             fs: Arc::new(PosixFs::new()),
             pm_region: None,
         }
@@ -241,6 +262,8 @@ impl fmt::Debug for Options {
             .field("vlsm_growth_factor", &self.vlsm_growth_factor)
             .field("vlsm_phi", &self.vlsm_phi)
             .field("vlsm_l0_max_ssts", &self.vlsm_l0_max_ssts)
+            .field("regions", &self.regions)
+            .field("region_boundaries", &self.region_boundaries.len())
             .field("block_cache_bytes", &self.block_cache_bytes)
             .field(
                 "pm_region",
@@ -397,6 +420,37 @@ impl Options {
                 "`vlsm_l0_max_ssts` = {} must be between 1 and 1000",
                 self.vlsm_l0_max_ssts
             ));
+        }
+        if !(1..=256).contains(&self.regions) {
+            return bad(format!(
+                "`regions` = {} must be between 1 and 256",
+                self.regions
+            ));
+        }
+        if !self.region_boundaries.is_empty() {
+            if self.region_boundaries.len() != self.regions - 1 {
+                return bad(format!(
+                    "`region_boundaries` has {} keys but `regions` = {} needs {} (or none, for hash routing)",
+                    self.region_boundaries.len(),
+                    self.regions,
+                    self.regions - 1
+                ));
+            }
+            if self.region_boundaries.windows(2).any(|w| w[0] >= w[1]) {
+                return bad(
+                    "`region_boundaries` must be strictly increasing (sorted, no duplicates)"
+                        .into(),
+                );
+            }
+            if self
+                .region_boundaries
+                .iter()
+                .any(|b| b.len() > crate::key::MAX_KEY_LEN)
+            {
+                return bad(
+                    "`region_boundaries`: a key is longer than the maximum key length".into(),
+                );
+            }
         }
         if self.bloom_bits_per_key > 64 {
             return bad(format!(

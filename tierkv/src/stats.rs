@@ -164,8 +164,11 @@ pub struct Stats {
     pub flushes: Vec<FlushRecord>,
     /// Every compaction.
     pub compactions: Vec<CompactionRecord>,
-    /// The level shape now.
+    /// The level shape now (with several regions: totals over them, per
+    /// level and tier).
     pub levels: Vec<LevelShape>,
+    /// The level shape of each region (`Options::regions`), in region order.
+    pub regions: Vec<Vec<LevelShape>>,
     /// Block cache hits.
     pub block_cache_hits: u64,
     /// Block cache misses.
@@ -383,6 +386,29 @@ impl StatsRecorder {
         log.compactions.push(rec);
     }
 
+    /// A snapshot, with the level shape of each region; `levels` gets
+    /// their per-level, per-tier totals.
+    pub fn snapshot_regions(&self, regions: Vec<Vec<LevelShape>>) -> Stats {
+        let mut levels: Vec<LevelShape> = Vec::new();
+        for s in regions.iter().flatten() {
+            match levels
+                .iter_mut()
+                .find(|l| l.level == s.level && l.tier == s.tier)
+            {
+                Some(l) => {
+                    l.tables += s.tables;
+                    l.bytes += s.bytes;
+                }
+                None => levels.push(s.clone()),
+            }
+        }
+        levels.sort_by_key(|l| (l.level, l.tier == Tier::Ssd));
+        Stats {
+            regions,
+            ..self.snapshot(levels)
+        }
+    }
+
     /// A snapshot, with the given level shape.
     pub fn snapshot(&self, levels: Vec<LevelShape>) -> Stats {
         let log = self.log.lock();
@@ -395,7 +421,8 @@ impl StatsRecorder {
             stalls: log.stalls.clone(),
             flushes: log.flushes.clone(),
             compactions: log.compactions.clone(),
-            levels,
+            levels: levels.clone(),
+            regions: vec![levels],
             block_cache_hits: self.block_cache_hits.load(Ordering::Relaxed),
             block_cache_misses: self.block_cache_misses.load(Ordering::Relaxed),
         }

@@ -494,7 +494,9 @@ impl VersionEdit {
                 tag::REGION_LAYOUT => {
                     let count = r.varint32().ok_or_else(truncated)?;
                     if !(1..=REGION_LIMIT).contains(&count) {
-                        return Err(bad(format!("region count {count} is not in 1..={REGION_LIMIT}")));
+                        return Err(bad(format!(
+                            "region count {count} is not in 1..={REGION_LIMIT}"
+                        )));
                     }
                     let n = r.varint().ok_or_else(truncated)?;
                     if n != 0 && n != u64::from(count) - 1 {
@@ -710,15 +712,26 @@ mod tests {
             design_records: (0..n(rng))
                 .map(|_| (rng.gen(), random_bytes(rng, 50)))
                 .collect(),
-            region: if rng.gen_bool(0.5) { 0 } else { rng.gen_range(0..REGION_LIMIT) },
-            region_layout: rng.gen_bool(0.2).then(|| {
-                let count = rng.gen_range(1..=REGION_LIMIT);
-                let n = if rng.gen_bool(0.5) { 0 } else { count as usize - 1 };
-                RegionLayout {
-                    count,
-                    boundaries: (0..n.min(5)).map(|_| random_bytes(rng, 8)).collect(),
-                }
-            }).filter(|l| l.boundaries.is_empty() || l.boundaries.len() as u32 == l.count - 1),
+            region: if rng.gen_bool(0.5) {
+                0
+            } else {
+                rng.gen_range(0..REGION_LIMIT)
+            },
+            region_layout: rng
+                .gen_bool(0.2)
+                .then(|| {
+                    let count = rng.gen_range(1..=REGION_LIMIT);
+                    let n = if rng.gen_bool(0.5) {
+                        0
+                    } else {
+                        count as usize - 1
+                    };
+                    RegionLayout {
+                        count,
+                        boundaries: (0..n.min(5)).map(|_| random_bytes(rng, 8)).collect(),
+                    }
+                })
+                .filter(|l| l.boundaries.is_empty() || l.boundaries.len() as u32 == l.count - 1),
         }
     }
 
@@ -740,11 +753,16 @@ mod tests {
         assert_eq!(b, [0x01, 0x09, 0x0a, 0x02, 0x05, 0x00, 0x0e]);
         assert_eq!(VersionEdit::decode_group(&b, "m", 0).unwrap(), group);
         // A group is not a single edit.
-        assert!(VersionEdit::decode(&b, "m", 0).unwrap_err().to_string().contains("group of 2"));
+        assert!(VersionEdit::decode(&b, "m", 0)
+            .unwrap_err()
+            .to_string()
+            .contains("group of 2"));
         // Random groups round-trip, whatever their regions.
         let mut rng = SmallRng::seed_from_u64(99);
         for _ in 0..300 {
-            let group: Vec<VersionEdit> = (0..rng.gen_range(1..5)).map(|_| random_edit(&mut rng)).collect();
+            let group: Vec<VersionEdit> = (0..rng.gen_range(1..5))
+                .map(|_| random_edit(&mut rng))
+                .collect();
             let mut b = Vec::new();
             VersionEdit::encode_group(&group, &mut b);
             assert_eq!(VersionEdit::decode_group(&b, "m", 0).unwrap(), group);
@@ -754,7 +772,9 @@ mod tests {
         group[0].encode(&mut one);
         assert_eq!(one, [0x01, 0x09]);
         // Regions beyond the limit are corruption.
-        assert!(VersionEdit::decode(&[0x0a, 0x80, 0x02], "m", 0).unwrap_err().is_corruption());
+        assert!(VersionEdit::decode(&[0x0a, 0x80, 0x02], "m", 0)
+            .unwrap_err()
+            .is_corruption());
     }
 
     #[test]
