@@ -39,6 +39,11 @@ struct Setup {
     /// Issue `compact_range` calls (off: only background compactions shape
     /// the LSM, so a design's own chain of compactions runs).
     compact_range: bool,
+    /// `Options::regions`.
+    regions: usize,
+    /// Route by key range (`regions` − 1 boundaries splitting the key space
+    /// evenly) instead of by hash.
+    range_routing: bool,
 }
 
 impl Setup {
@@ -51,6 +56,8 @@ impl Setup {
             vsst: None,
             keys: 400,
             compact_range: true,
+            regions: 1,
+            range_routing: false,
         }
     }
 }
@@ -152,6 +159,14 @@ impl Harness {
             vlsm_growth_factor: 2,
             vlsm_phi: 2,
             vlsm_l0_max_ssts: 3,
+            regions: self.setup.regions,
+            region_boundaries: if self.setup.range_routing {
+                (1..self.setup.regions as u32)
+                    .map(|i| key(self.setup.keys * i / self.setup.regions as u32))
+                    .collect()
+            } else {
+                Vec::new()
+            },
             ..Options::default()
         };
         if let Some(sim) = &self.sim {
@@ -461,3 +476,9 @@ model_test!(classic_pm_wal, Preset::Classic, pm_wal: true, seeds: &[11, 12, 13, 
 model_test!(vlsm_ssd_wal, Preset::Vlsm, pm_wal: false, seeds: &[21, 22, 23, 24], keys: 4000);
 model_test!(vlsm_background_only, Preset::Vlsm, pm_wal: false, seeds: &[27, 28, 29], keys: 4000, compact_range: false);
 model_test!(classic_vsst, Preset::Classic, pm_wal: false, seeds: &[31, 32, 33], vsst: Some(true));
+// Regions: four LSMs in one Db, routed by hash and by key range.
+model_test!(classic_regions_hash, Preset::Classic, pm_wal: false, seeds: &[41, 42, 43], regions: 4);
+model_test!(classic_regions_range, Preset::Classic, pm_wal: false, seeds: &[44, 45, 46], regions: 4, range_routing: true);
+model_test!(classic_regions_pm_wal, Preset::Classic, pm_wal: true, seeds: &[47, 48], regions: 4);
+model_test!(vlsm_regions_hash, Preset::Vlsm, pm_wal: false, seeds: &[51, 52, 53], keys: 4000, regions: 4);
+model_test!(vlsm_regions_range, Preset::Vlsm, pm_wal: false, seeds: &[54, 55, 56], keys: 4000, regions: 4, range_routing: true);

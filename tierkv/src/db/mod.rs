@@ -721,14 +721,12 @@ impl Replay {
                 } else {
                     // A region skips its records below its log number: they
                     // are in its tables already.
-                    let mut seq = batch.seqno();
-                    for r in batch.iter() {
+                    for (seq, r) in (batch.seqno()..).zip(batch.iter()) {
                         let (kind, k, v) = r?;
                         let region = router.route(k);
                         if n >= rec.region_log_numbers.get(region).copied().unwrap_or(0) {
                             mems[region].add(seq, kind, k, v);
                         }
-                        seq += 1;
                     }
                 }
                 last_seq = last_seq.max(end);
@@ -993,11 +991,9 @@ impl Inner {
         if let [one] = sv.regions.as_slice() {
             one.mem.apply(&batch)?;
         } else {
-            let mut seq = first;
-            for r in batch.iter() {
+            for (seq, r) in (first..).zip(batch.iter()) {
                 let (kind, k, v) = r?;
                 sv.regions[self.router.route(k)].mem.add(seq, kind, k, v);
-                seq += 1;
             }
         }
         self.stats.user_ops.fetch_add(count, Ordering::Relaxed);
