@@ -217,6 +217,24 @@ impl Stats {
                 mb(l.bytes)
             );
         }
+        if self.regions.len() > 1 {
+            // One line per region: tables per level (L0 first).
+            let _ = writeln!(s, "per region (tables at L0 L1 ...):");
+            for (r, shape) in self.regions.iter().enumerate() {
+                let depth = shape.iter().map(|l| l.level + 1).max().unwrap_or(0);
+                let counts: Vec<String> = (0..depth)
+                    .map(|lv| {
+                        let n: usize = shape
+                            .iter()
+                            .filter(|l| l.level == lv)
+                            .map(|l| l.tables)
+                            .sum();
+                        n.to_string()
+                    })
+                    .collect();
+                let _ = writeln!(s, "  R{r}: {}", counts.join(" "));
+            }
+        }
         let w = &self.written;
         let _ = writeln!(s, "\n** Bytes written (MB) **");
         let _ = writeln!(

@@ -159,7 +159,10 @@ fn reopening_with_another_layout_is_refused() {
 /// values of very different sizes so the regions' memtables switch at
 /// different times (the biggest region flushes often, the smallest rarely,
 /// and holds old WALs back).
-fn batch(i: u64) -> (WriteBatch, Vec<(Vec<u8>, Vec<u8>)>) {
+/// Key-value pairs.
+type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
+fn batch(i: u64) -> (WriteBatch, Pairs) {
     let mut b = WriteBatch::new();
     let mut kv = Vec::new();
     for (prefix, len) in [("a", 900usize), ("h", 120), ("q", 30), ("x", 4)] {
@@ -289,6 +292,7 @@ fn idle_regions_do_not_hold_wals_back() {
     let total: usize = stats.levels.iter().map(|l| l.tables).sum();
     assert_eq!(total, (0..4).map(tables).sum::<usize>());
     assert!(db.property("tierkv.regions").unwrap().lines().count() == 4);
+    assert!(stats.to_table().contains("R3:"), "{}", stats.to_table());
     db.close().unwrap();
     let db = Db::open("/db", options(&fs, Preset::Classic, 4, &["g", "o", "w"])).unwrap();
     assert_eq!(db.get(b"zz").unwrap().as_deref(), Some(&b"idle"[..]));
