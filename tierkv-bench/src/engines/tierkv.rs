@@ -128,7 +128,7 @@ impl Engine for TierkvEngine {
             pm_written_bytes: s.written.pm_total(),
             wal_bytes: s.written.wal_ssd + s.written.wal_pm,
             stall: StallStats {
-                seconds: intervals.iter().map(|i| i.1).sum(),
+                seconds: intervals.iter().fold(0.0, |a, i| a + i.1),
                 count: intervals.len() as u64,
                 max_seconds: intervals.iter().map(|i| i.1).fold(0.0, f64::max),
                 intervals: Some(intervals),
