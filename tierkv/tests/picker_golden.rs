@@ -19,9 +19,15 @@
 //! ```
 //!
 //! Commands: `define [opts]` (tables `smallest-largest[@seq][:size]`,
-//! sizes with K/M/G; default size 64M), `pick`, `busy <id,...>`,
-//! `apply` (replace the last pick's inputs by one output table at the output
-//! level), `scores`, `write-control [imm=N]`, `pending`.
+//! sizes with K/M/G; default size 64M; `design=<preset>` picks the design,
+//! default classic), `pick`, `busy <id,...>`, `apply` (replace the last
+//! pick's inputs by one output table per key-connected group of inputs at
+//! the output level), `write-control [imm=N]`, `flush-blocked`, `debt`,
+//! `l1` (each L1 table's L2 overlap, ratio and vSST class).
+//!
+//! `define` options: `l0_trigger`, `l0_slowdown`, `l0_stop`, `l1`, `mult`,
+//! `sst`, `levels`, `soft`, `hard`, `design`, and for vLSM `f`, `phi`,
+//! `l0_max`, `vsst=on|off`.
 //! Regenerate expected outputs with `TIERKV_REGENERATE=1 cargo test --test picker_golden`.
 
 use std::collections::HashSet;
@@ -30,7 +36,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use tierkv::design::classic::Classic;
+use tierkv::compaction::vsst::VsstParams;
 use tierkv::design::{Design, Task, TaskKind};
 use tierkv::key::{make_internal_key, Kind};
 use tierkv::sst::TableCounters;
@@ -38,10 +44,11 @@ use tierkv::stats::Tier;
 use tierkv::storage::mem::MemFs;
 use tierkv::version::edit::{TableFormat, TableMeta};
 use tierkv::version::{TableContext, TableHandle, Version};
-use tierkv::Options;
+use tierkv::{Options, Preset};
 
 struct Script {
-    design: Box<dyn Design>,
+    design: Arc<dyn Design>,
+    opts: Options,
     version: Version,
     busy: HashSet<u64>,
     last: Option<Task>,
@@ -72,7 +79,8 @@ fn fmt_size(b: u64) -> String {
 impl Script {
     fn new() -> Script {
         Script {
-            design: Box::new(Classic::new(&Options::default())),
+            design: tierkv::design::build(&Options::default(), None).expect("classic"),
+            opts: Options::default(),
             version: Version::empty(7),
             busy: HashSet::new(),
             last: None,
@@ -190,10 +198,16 @@ impl Script {
                         "levels" => o.level_count = v.parse().expect("n"),
                         "soft" => o.pending_compaction_bytes_soft = parse_size(v),
                         "hard" => o.pending_compaction_bytes_hard = parse_size(v),
+                        "design" => o.design = Preset::from_name(v).expect("preset"),
+                        "f" => o.vlsm_growth_factor = v.parse().expect("n"),
+                        "phi" => o.vlsm_phi = v.parse().expect("n"),
+                        "l0_max" => o.vlsm_l0_max_ssts = v.parse().expect("n"),
+                        "vsst" => o.vsst = Some(*v == "on"),
                         other => panic!("unknown define option {other}"),
                     }
                 }
-                self.design = Box::new(Classic::new(&o));
+                self.design = tierkv::design::build(&o, None).expect("design");
+                self.opts = o.clone();
                 self.version = Version::empty(o.level_count);
                 self.busy.clear();
                 self.next_id = 1;
@@ -232,45 +246,81 @@ impl Script {
                 let Some(task) = self.last.take() else {
                     return "nothing picked\n".into();
                 };
-                let mut bytes = 0;
-                let mut lo: Option<Vec<u8>> = None;
-                let mut hi: Option<Vec<u8>> = None;
-                let mut seq = 0;
+                // Inputs joined into groups while their key ranges meet.
+                let mut all: Vec<Arc<TableHandle>> = Vec::new();
                 for (l, tables) in &task.inputs {
                     for t in tables {
-                        bytes += t.meta.size_bytes;
-                        seq = seq.max(t.meta.seq_max);
-                        let (s, e) = (
-                            t.smallest_user_key().to_vec(),
-                            t.largest_user_key().to_vec(),
-                        );
-                        if lo.as_ref().is_none_or(|x| &s < x) {
-                            lo = Some(s);
-                        }
-                        if hi.as_ref().is_none_or(|x| &e > x) {
-                            hi = Some(e);
-                        }
+                        all.push(Arc::clone(t));
                         self.version.levels[*l].retain(|x| x.meta.id != t.meta.id);
                     }
                 }
-                let spec = format!(
-                    "{}-{}@{seq}:{}",
-                    String::from_utf8_lossy(&lo.unwrap_or_default()),
-                    String::from_utf8_lossy(&hi.unwrap_or_default()),
-                    bytes
-                );
-                if task.kind == TaskKind::TrivialMove {
-                    for (_, tables) in &task.inputs {
-                        for t in tables {
-                            self.version.levels[task.output_level].push(Arc::clone(t));
+                all.sort_by(|a, b| a.smallest_user_key().cmp(b.smallest_user_key()));
+                let mut groups: Vec<(Vec<u8>, Vec<u8>, u64, u64)> = Vec::new();
+                for t in &all {
+                    let (lo, hi) = (t.smallest_user_key(), t.largest_user_key());
+                    match groups.last_mut() {
+                        Some(g) if lo <= g.1.as_slice() => {
+                            if hi > g.1.as_slice() {
+                                g.1 = hi.to_vec();
+                            }
+                            g.2 += t.meta.size_bytes;
+                            g.3 = g.3.max(t.meta.seq_max);
                         }
+                        _ => groups.push((
+                            lo.to_vec(),
+                            hi.to_vec(),
+                            t.meta.size_bytes,
+                            t.meta.seq_max,
+                        )),
+                    }
+                }
+                if task.kind == TaskKind::TrivialMove {
+                    for t in all {
+                        self.version.levels[task.output_level].push(t);
                     }
                 } else {
-                    let t = self.table(&spec);
-                    self.version.levels[task.output_level].push(t);
+                    for (lo, hi, bytes, seq) in groups {
+                        let spec = format!(
+                            "{}-{}@{seq}:{bytes}",
+                            String::from_utf8_lossy(&lo),
+                            String::from_utf8_lossy(&hi),
+                        );
+                        let t = self.table(&spec);
+                        self.version.levels[task.output_level].push(t);
+                    }
                 }
                 self.resort();
                 self.show_version()
+            }
+            "flush-blocked" => format!("{:?}\n", self.design.flush_blocked(&self.version)),
+            "l1" => {
+                let p = VsstParams::new(self.opts.sst_size_bytes, self.opts.vlsm_growth_factor);
+                let mut s = String::new();
+                for t in &self.version.levels[1] {
+                    let overlap: u64 = self
+                        .version
+                        .overlapping(2, Some(t.smallest_user_key()), Some(t.largest_user_key()))
+                        .iter()
+                        .map(|o| o.meta.size_bytes)
+                        .sum();
+                    let _ = writeln!(
+                        s,
+                        "#{} {} overlap {} ratio {:.2} {}",
+                        t.meta.id,
+                        fmt_size(t.meta.size_bytes),
+                        fmt_size(overlap),
+                        overlap as f64 / t.meta.size_bytes.max(1) as f64,
+                        if p.is_good(t.meta.size_bytes, overlap) {
+                            "good"
+                        } else {
+                            "poor"
+                        }
+                    );
+                }
+                if s.is_empty() {
+                    s.push_str("empty\n");
+                }
+                s
             }
             "write-control" => {
                 let imm = args

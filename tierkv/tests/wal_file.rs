@@ -240,16 +240,33 @@ fn body_corruption_names_the_file_and_the_record() {
 }
 
 #[test]
-fn damage_in_the_last_block_reads_as_a_torn_tail() {
-    // Rule: the rest of a damaged record's block is not searched.
+fn damaged_payload_in_the_last_block_is_corruption_unless_it_is_the_tail() {
+    // Rule: a checksum mismatch trusts the length and looks right after the
+    // damaged fragment, in the same block.
     let recs: Vec<Vec<u8>> = (0..20).map(|i| payload(i, 50)).collect();
     let fs = MemFs::new();
     let offsets = write_log(&fs, Path::new("/a.log"), 1, &recs);
-    let mut bytes = fs.read_all(Path::new("/a.log")).unwrap();
+    let clean = fs.read_all(Path::new("/a.log")).unwrap();
+    let mut bytes = clean.clone();
     bytes[offsets[15] as usize + 20] ^= 1;
     let mut r = Reader::new(FileLog::new("a.log", bytes), 1);
-    assert_eq!(read_ok(&mut r), recs[..15].to_vec());
-    assert_eq!(r.torn_tail(), Some(offsets[15]));
+    let e = loop {
+        match r.next_record() {
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("damage followed by records must be corruption"),
+            Err(e) => break e,
+        }
+    };
+    match e {
+        tierkv::Error::Corruption { at, .. } => assert_eq!(at.offset, offsets[15]),
+        other => panic!("expected corruption, got {other}"),
+    }
+    // The same damage in the last record is a torn tail.
+    let mut bytes = clean;
+    bytes[offsets[19] as usize + 20] ^= 1;
+    let mut r = Reader::new(FileLog::new("a.log", bytes), 1);
+    assert_eq!(read_ok(&mut r), recs[..19].to_vec());
+    assert_eq!(r.torn_tail(), Some(offsets[19]));
 }
 
 #[test]

@@ -167,6 +167,8 @@ struct State {
     delay_next: Option<Instant>,
     delay_rate_bytes_per_sec: f64,
     last_debt: u64,
+    /// Write-controller verdict and debt for (version generation, imm count).
+    control_cache: Option<((u64, usize), WriteControl, u64)>,
 }
 
 struct Inner {
@@ -313,6 +315,7 @@ impl Db {
                 delay_next: None,
                 delay_rate_bytes_per_sec: options.delayed_write_rate_bytes_per_sec as f64,
                 last_debt: 0,
+                control_cache: None,
             }),
             bg_cv: Condvar::new(),
             done_cv: Condvar::new(),
@@ -456,7 +459,8 @@ impl Db {
     }
 
     /// A named property: `tierkv.stats` (a table), `tierkv.levels`,
-    /// `tierkv.num-files-at-level<N>`, `tierkv.last-sequence`,
+    /// `tierkv.tables` (one line per table: level, id, tier, size, smallest
+    /// and largest user key), `tierkv.num-files-at-level<N>`, `tierkv.last-sequence`,
     /// `tierkv.design`; `None` for unknown names.
     pub fn property(&self, name: &str) -> Option<String> {
         let v = self.inner.versions.current();
@@ -467,6 +471,23 @@ impl Db {
                     .iter()
                     .enumerate()
                     .map(|(i, l)| format!("L{i}: {} tables, {} bytes\n", l.len(), v.level_bytes(i)))
+                    .collect(),
+            ),
+            "tierkv.tables" => Some(
+                v.levels
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(i, l)| l.iter().map(move |t| (i, t)))
+                    .map(|(i, t)| {
+                        format!(
+                            "L{i} #{} {} {} {:?} {:?}\n",
+                            t.meta.id,
+                            t.meta.tier.name(),
+                            t.meta.size_bytes,
+                            String::from_utf8_lossy(t.smallest_user_key()),
+                            String::from_utf8_lossy(t.largest_user_key())
+                        )
+                    })
                     .collect(),
             ),
             "tierkv.last-sequence" => Some(self.last_sequence().to_string()),
@@ -886,10 +907,21 @@ impl Inner {
             if st.shutting_down {
                 return Err(Error::Closed);
             }
+            // The verdict depends only on the version and the memtable
+            // backlog: compute it once per change, not once per write.
             let v = self.versions.current();
-            let control = self.design.write_control(&v, st.imms.len());
+            let key = (v.generation, st.imms.len());
+            let (control, debt) = match st.control_cache {
+                Some((k, c, d)) if k == key => (c, d),
+                _ => {
+                    let c = self.design.write_control(&v, st.imms.len());
+                    let d = self.design.debt(&v);
+                    st.control_cache = Some((key, c, d));
+                    (c, d)
+                }
+            };
+            drop(v);
             // RocksDB's delayed write rate: slower while debt grows, faster as it shrinks.
-            let debt = self.design.debt(&v);
             match control {
                 WriteControl::Delay(_) => {
                     let max = self.opts.delayed_write_rate_bytes_per_sec as f64;
@@ -936,9 +968,13 @@ impl Inner {
             }
             if st.imms.len() + 1 >= self.opts.memtable_count_max {
                 let start = Instant::now();
+                let cause = self
+                    .design
+                    .flush_blocked(&self.versions.current())
+                    .unwrap_or(StallCause::MemtableFull);
                 self.bg_cv.notify_all();
                 self.done_cv.wait_for(&mut st, Duration::from_millis(100));
-                self.stats.record_stall(start, StallCause::MemtableFull);
+                self.stats.record_stall(start, cause);
                 continue;
             }
             // Switch: the old WAL is synced so recovery always sees a prefix
@@ -1093,7 +1129,14 @@ impl Inner {
     /// Picks the next job for a thread of `role`. REQUIRES: `state` locked.
     fn next_work(&self, st: &mut State, role: Role) -> Option<Work> {
         if role != Role::Compaction && !st.flushing {
-            if let Some(m) = st.imms.front() {
+            // The design may hold flushes back while its flush target is
+            // full (vLSM's L0 queue); compactions below make room.
+            let front = st.imms.front().filter(|_| {
+                self.design
+                    .flush_blocked(&self.versions.current())
+                    .is_none()
+            });
+            if let Some(m) = front {
                 st.flushing = true;
                 return Some(Work::Flush(Arc::clone(m)));
             }

@@ -11,6 +11,7 @@
 //!   stop, given the version and the memtable backlog.
 
 pub mod classic;
+pub mod vlsm;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -123,6 +124,16 @@ pub trait Design: Send + Sync {
     /// immutable memtables waiting to be flushed.
     fn write_control(&self, v: &Version, immutable_count: usize) -> WriteControl;
 
+    /// Whether the flush target is full. `None` (the default): flush now.
+    /// `Some(cause)`: the engine holds immutable memtables back until
+    /// background work makes room (it keeps asking the picker), and writers
+    /// that then find every memtable full are recorded as stalled for
+    /// `cause` instead of `MemtableFull` (vLSM: a full L0 queue).
+    fn flush_blocked(&self, v: &Version) -> Option<StallCause> {
+        let _ = v;
+        None
+    }
+
     /// Called once at open, before recovery reads any table: a PM design
     /// registers how its PM tables are opened
     /// (`ctx.pm_opener`). The default does nothing.
@@ -141,8 +152,9 @@ pub fn build(opts: &Options, pm: Option<Arc<PmTier>>) -> Result<Arc<dyn Design>>
     let _ = &pm;
     match opts.design {
         Preset::Classic => Ok(Arc::new(classic::Classic::new(opts))),
+        Preset::Vlsm => Ok(Arc::new(vlsm::Vlsm::new(opts))),
         other => Err(crate::Error::InvalidOptions(format!(
-            "design `{other}` is not available in this build of tierkv (available: classic)"
+            "design `{other}` is not available in this build of tierkv (available: classic, vlsm)"
         ))),
     }
 }

@@ -169,6 +169,8 @@ pub struct Version {
     pub compact_cursors: Vec<Vec<u8>>,
     /// Design-specific state recorded in the manifest, by tag.
     pub design_state: std::collections::BTreeMap<u32, Vec<u8>>,
+    /// Counts the edits applied since open: tells versions apart cheaply.
+    pub generation: u64,
 }
 
 impl Version {
@@ -178,6 +180,7 @@ impl Version {
             levels: vec![Vec::new(); level_count],
             compact_cursors: vec![Vec::new(); level_count],
             design_state: Default::default(),
+            generation: 0,
         }
     }
 
@@ -293,6 +296,7 @@ impl Version {
     /// re-added are marked obsolete (released when their last reference goes).
     pub fn apply(&self, e: &VersionEdit, ctx: &Arc<TableContext>) -> Result<Version> {
         let mut v = self.clone();
+        v.generation += 1;
         let mut removed: Vec<Arc<TableHandle>> = Vec::new();
         for &(level, id) in &e.deleted_tables {
             let level = level as usize;

@@ -130,7 +130,9 @@ impl VersionSet {
         let mut rec = Recovered::default();
         let mut next_file = None;
         let mut pm_wals: Vec<PmWal> = Vec::new();
+        let mut records = 0u64;
         while let Some(record) = reader.next_record()? {
+            records += 1;
             let offset = reader.last_record_offset();
             let e = VersionEdit::decode(&record, &source, offset)?;
             v = v.apply(&e, &ctx).map_err(|err| match err {
@@ -148,6 +150,15 @@ impl VersionSet {
             }
             pm_wals.extend(e.new_pm_wals.iter().copied());
             pm_wals.retain(|w| !e.deleted_pm_wals.contains(&w.log_number));
+        }
+        if records == 0 {
+            // A manifest is synced with its snapshot record before CURRENT
+            // names it: an empty or torn first record is damage, not a tail.
+            return Err(Error::corruption(
+                source,
+                reader.torn_tail().unwrap_or(0),
+                "manifest has no complete snapshot record",
+            ));
         }
         if let Some(off) = reader.torn_tail() {
             // A manifest record is synced before its edit takes effect, so a

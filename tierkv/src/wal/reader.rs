@@ -28,10 +28,15 @@
 //!   and [`Reader::torn_tail`] reports the offset where valid data ended.
 //!
 //! Later MIDDLE/LAST fragments alone do not count: they may be the rest of
-//! the very record whose beginning the crash tore. The rest of the damaged
-//! record's own block is not searched (its boundaries are unknown and a
-//! payload could hold bytes that look like a header), so damage inside the
-//! last block of a log reads as a torn tail.
+//! the very record whose beginning the crash tore. When the damage is a
+//! checksum mismatch or an unknown type, the header's length is taken at
+//! its word and the search starts right after the damaged fragment, in the
+//! same block (a flipped payload byte leaves the length intact, and the
+//! record after it proves the damage is not a tail; a 32-bit checksum and
+//! the log number make a false match vanishingly unlikely). When the length
+//! itself cannot be trusted (it overruns the block, or the header is zero),
+//! the search starts at the next block, so such damage inside the last
+//! block of a log reads as a torn tail.
 //!
 //! The rule assumes that only the unsynced tail can be damaged by a crash,
 //! which holds for the PM WAL (synced after every record) and the MANIFEST.
@@ -301,11 +306,14 @@ impl<S: LogSource> Reader<S> {
             });
         };
         if !h.verify(payload) {
+            // If only the payload is damaged, the length is right and the
+            // next fragment starts right after this one: look there first,
+            // so damage early in the last block is not taken for a torn tail.
             return Ok(Step::Stop {
                 fragment_at: at,
                 what: "checksum mismatch",
                 clean: false,
-                scan_from: Some((self.block + 1, 0)),
+                scan_from: Some((self.block, body + h.length)),
             });
         }
         if h.log32 != self.log32 {
@@ -322,7 +330,7 @@ impl<S: LogSource> Reader<S> {
                 fragment_at: at,
                 what: "unknown fragment type",
                 clean: false,
-                scan_from: Some((self.block + 1, 0)),
+                scan_from: Some((self.block, body + h.length)),
             });
         };
         if ty.starts_record() && start.is_some() {
