@@ -163,6 +163,15 @@ struct BenchArgs {
     /// Write the JSON records here.
     #[arg(long = "json")]
     json: Option<PathBuf>,
+    /// `tierkv:vlsm` SST size in bytes (default: the scale's SST size / 8).
+    #[arg(long = "vlsm_sst_size")]
+    vlsm_sst_size: Option<u64>,
+    /// `tierkv:vlsm` growth factor Φ between L1 and L2.
+    #[arg(long = "vlsm_phi", default_value_t = 32)]
+    vlsm_phi: u64,
+    /// `tierkv:vlsm` growth factor f between the other levels.
+    #[arg(long = "vlsm_growth_factor", default_value_t = 8)]
+    vlsm_growth_factor: u64,
     /// Keep the databases after the run.
     #[arg(long = "keep_db", num_args = 0..=1, default_value = "0", default_missing_value = "1", value_parser = parse_flag)]
     keep_db: bool,
@@ -227,6 +236,9 @@ fn plan_from(args: &BenchArgs, configs: Vec<Config>, default_scale: Scale) -> Re
         ),
         delayed_write_rate_bytes_per_sec: args.delayed_write_rate,
         direct_io: args.use_direct_io_for_flush_and_compaction,
+        vlsm_sst_size_bytes: args.vlsm_sst_size,
+        vlsm_phi: args.vlsm_phi,
+        vlsm_growth_factor: args.vlsm_growth_factor,
         ..EngineSetup::defaults(args.db.clone(), pm_base.clone())
     };
     let benchmarks: Vec<String> = args

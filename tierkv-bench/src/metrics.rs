@@ -267,7 +267,8 @@ pub fn stall_in_window(before: &EngineStats, after: &EngineStats, seconds: f64) 
                 .map(|(_, d)| *d)
                 .collect();
             (
-                inside.iter().sum::<f64>(),
+                // fold from +0.0: an empty f64 sum is -0.0.
+                inside.iter().fold(0.0, |a, b| a + b),
                 inside.len() as u64,
                 inside.iter().copied().fold(0.0, f64::max),
             )

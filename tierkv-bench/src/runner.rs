@@ -25,8 +25,13 @@ use indicatif::ProgressBar;
 
 use crate::engines::Engine;
 use crate::error::{Error, Result};
-use crate::open_loop::{OpQueue, Schedule};
+use crate::open_loop::{wait_until, OpQueue, Schedule};
 use crate::workload::{Class, Executor, Kind, Op, Outcome, Workload};
+
+/// Nice value of open-loop client threads (generator and workers), so that
+/// they run as soon as a request is due instead of waiting behind the
+/// engine's background threads for a scheduler slice.
+pub const CLIENT_NICE: i32 = -10;
 
 /// How to run.
 #[derive(Debug, Clone)]
@@ -209,6 +214,7 @@ pub fn run(
             .then(|| s.spawn(move || background_writer(engine, w, shared, origin)));
         if let Some(sched) = &sched {
             s.spawn(move || {
+                crate::sys::raise_thread_priority(CLIENT_NICE);
                 let mut gen = w.stream(0, 1);
                 sched.generate(total, queue, &shared.abort, || gen.next_op());
             });
@@ -363,8 +369,12 @@ fn open_worker(
     let _finish = Finish(shared);
     let mut tally = Tally::new();
     let mut exec = Executor::new(engine, w, t);
+    crate::sys::set_timer_slack_ns(1);
+    crate::sys::raise_thread_priority(CLIENT_NICE);
     let t0 = Instant::now();
     while let Some((at, op)) = queue.pop() {
+        // Queued up to LOOKAHEAD early: start on schedule, never before.
+        wait_until(at);
         let out = match exec.execute(op) {
             Ok(o) => o,
             Err(e) => {

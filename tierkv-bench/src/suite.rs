@@ -325,7 +325,6 @@ pub fn execute(plan: &Plan) -> Result<Vec<Record>> {
         match run_config(plan, c, rates.as_deref()) {
             Ok(r) => records.extend(r),
             Err(e) => {
-                eprintln!("{}: {e}", c.name);
                 println!("{}: skipped ({e})", c.name);
                 failures.push(format!("{}: {e}", c.name));
             }

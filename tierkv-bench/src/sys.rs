@@ -39,6 +39,26 @@ pub fn peak_rss_bytes() -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
+/// Sets the calling thread's timer slack (Linux `PR_SET_TIMERSLACK`): how
+/// late the kernel may wake a sleeping thread (default 50 µs). Best effort.
+pub fn set_timer_slack_ns(ns: u64) {
+    // SAFETY: PR_SET_TIMERSLACK takes one unsigned long argument and only
+    // changes a per-thread scheduling attribute.
+    let _ = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong) };
+}
+
+/// Raises the calling thread's CPU priority (nice value `nice`, e.g. −10)
+/// so that a sleeping client thread gets the CPU back as soon as it wakes.
+/// Needs CAP_SYS_NICE (root); returns false when refused.
+pub fn raise_thread_priority(nice: i32) -> bool {
+    // SAFETY: gettid has no preconditions; setpriority on our own thread id
+    // only changes its scheduling weight.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, nice) == 0
+    }
+}
+
 /// Bytes available to this user on the file system holding `path` (the
 /// nearest existing ancestor is used).
 pub fn free_bytes(path: &Path) -> Result<u64> {

@@ -115,7 +115,7 @@ impl Engine for FakeEngine {
         Ok(EngineStats {
             uptime_s: self.opened.elapsed().as_secs_f64(),
             stall: StallStats {
-                seconds: intervals.iter().map(|i| i.1).sum(),
+                seconds: intervals.iter().fold(0.0, |a, i| a + i.1),
                 count: intervals.len() as u64,
                 max_seconds: intervals.iter().map(|i| i.1).fold(0.0, f64::max),
                 intervals: Some(intervals),

@@ -259,6 +259,13 @@ pub struct EngineSetup {
     /// Inject one stall of this many milliseconds after this many writes
     /// (fake engine only; tests of the open-loop scheduler).
     pub fake_stall: Option<(u64, u64)>,
+    /// `tierkv:vlsm`: SST (and memtable) size; default = `sst_size_bytes` / 8
+    /// (8 MB at `medium`, the paper's best size).
+    pub vlsm_sst_size_bytes: Option<u64>,
+    /// `tierkv:vlsm`: growth factor Φ between L1 and L2.
+    pub vlsm_phi: u64,
+    /// `tierkv:vlsm`: growth factor f between the other levels.
+    pub vlsm_growth_factor: u64,
 }
 
 impl EngineSetup {
@@ -279,6 +286,9 @@ impl EngineSetup {
             delayed_write_rate_bytes_per_sec: 16 << 20,
             direct_io: false,
             fake_stall: None,
+            vlsm_sst_size_bytes: None,
+            vlsm_phi: 32,
+            vlsm_growth_factor: 8,
         }
     }
 }

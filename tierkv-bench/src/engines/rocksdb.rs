@@ -15,7 +15,7 @@
 //!
 //! - stall seconds: `rocksdb.stall.micros` — the same counter
 //!   (`kIntStatsWriteStallMicros`) that `rocksdb.stats` prints as
-//!   "Cumulative stall"; stall count: the count of the `rocksdb.db.write.stall`
+//!   "Cumulative stall" (checked by a test); stall count: the count of the `rocksdb.db.write.stall`
 //!   histogram (write groups that entered the delay path); longest stall: that
 //!   histogram's P100 (cumulative since open, so a benchmark after a stalling
 //!   one reports the earlier maximum — only when it stalled itself).
@@ -197,6 +197,18 @@ impl Statistics {
     pub fn ticker(&self, name: &str) -> u64 {
         self.tickers.get(name).copied().unwrap_or(0)
     }
+}
+
+/// Seconds of "Cumulative stall: H:MM:SS.mmm H:M:S, x percent" in the
+/// `rocksdb.stats` property text.
+pub fn parse_cumulative_stall(text: &str) -> Option<f64> {
+    let line = text.lines().find(|l| l.starts_with("Cumulative stall:"))?;
+    let hms = line.split_whitespace().nth(2)?;
+    let mut parts = hms.split(':');
+    let h: f64 = parts.next()?.parse().ok()?;
+    let m: f64 = parts.next()?.parse().ok()?;
+    let s: f64 = parts.next()?.parse().ok()?;
+    Some(h * 3600.0 + m * 60.0 + s)
 }
 
 /// Flushes and compactions from the `EVENT_LOG_v1` lines of a RocksDB info
@@ -415,6 +427,47 @@ mod tests {
             Some(&(13, 383_544, 53_164.0))
         );
         assert_eq!(s.ticker("absent"), 0);
+    }
+
+    #[test]
+    fn parses_cumulative_stall() {
+        let t = "** DB Stats **\nUptime(secs): 3.0 total\nCumulative stall: 00:01:2.542 H:M:S, 18.0 percent\n";
+        assert_eq!(parse_cumulative_stall(t), Some(62.542));
+        assert_eq!(parse_cumulative_stall("nothing"), None);
+    }
+
+    /// The ticker we report is the counter `rocksdb.stats` prints as
+    /// "Cumulative stall".
+    #[test]
+    fn stall_ticker_is_cumulative_stall() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let mut setup = EngineSetup::defaults(dir.path().join("db"), dir.path().join("pm"));
+        setup.memtable_size_bytes = 1 << 20;
+        setup.sst_size_bytes = 1 << 20;
+        setup.l1_size_bytes = 4 << 20;
+        setup.l0_triggers = (2, 3, 4);
+        let e = RocksEngine::open(&setup, false).unwrap_or_else(|e| panic!("{e}"));
+        let v = vec![7u8; 4096];
+        for i in 0..8000u64 {
+            e.put(&i.wrapping_mul(0x9e37_79b9_7f4a_7c15).to_be_bytes(), &v)
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        let st = e.stats().unwrap_or_else(|e| panic!("{e}"));
+        let text =
+            e.db.property_value("rocksdb.stats")
+                .ok()
+                .flatten()
+                .unwrap_or_default();
+        let cumulative = parse_cumulative_stall(&text).unwrap_or(-1.0);
+        assert!(
+            (cumulative - st.stall.seconds).abs() < 0.002 + 0.01 * st.stall.seconds,
+            "ticker {} vs Cumulative stall {}",
+            st.stall.seconds,
+            cumulative
+        );
+        assert!(st.stall.seconds > 0.0, "tight L0 triggers stall writes");
+        assert!(!st.compactions.is_empty() && !st.flushes.is_empty());
+        Box::new(e).close().unwrap_or_else(|e| panic!("{e}"));
     }
 
     #[test]

@@ -55,6 +55,17 @@ pub fn options_for(preset: Preset, setup: &EngineSetup) -> Options {
     if matches!(preset, Preset::Matrix | Preset::Triangle | Preset::RangeTab) {
         o.l1_size_bytes = setup.pm_size_bytes.max(setup.sst_size_bytes);
     }
+    if preset == Preset::Vlsm {
+        // vLSM's small SSTs: memtables are SST-sized (paper §6.2), L1 = f × SST.
+        let sst = setup
+            .vlsm_sst_size_bytes
+            .unwrap_or((setup.sst_size_bytes / 8).max(256 << 10));
+        o.sst_size_bytes = sst;
+        o.memtable_size_bytes = sst as usize;
+        o.vlsm_phi = setup.vlsm_phi;
+        o.vlsm_growth_factor = setup.vlsm_growth_factor;
+        o.l1_size_bytes = setup.vlsm_growth_factor * sst;
+    }
     o
 }
 
@@ -128,7 +139,7 @@ impl Engine for TierkvEngine {
             pm_written_bytes: s.written.pm_total(),
             wal_bytes: s.written.wal_ssd + s.written.wal_pm,
             stall: StallStats {
-                seconds: intervals.iter().map(|i| i.1).sum(),
+                seconds: intervals.iter().fold(0.0, |a, i| a + i.1),
                 count: intervals.len() as u64,
                 max_seconds: intervals.iter().map(|i| i.1).fold(0.0, f64::max),
                 intervals: Some(intervals),

@@ -196,7 +196,7 @@ fn throughput<DB: DrawingBackend>(
         .iter()
         .flat_map(|(_, p)| p.iter().map(|q| q.1))
         .fold(1.0, f64::max)
-        * 1.15;
+        * 1.35; // headroom for the legend
     let mut chart = ChartBuilder::on(root)
         .caption(title(g, "throughput over time"), ("sans-serif", 22))
         .margin(15)
@@ -229,7 +229,7 @@ fn throughput<DB: DrawingBackend>(
             .label(label)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(3)));
     }
-    legend(&mut chart, SeriesLabelPosition::LowerRight)
+    legend(&mut chart, SeriesLabelPosition::UpperRight)
 }
 
 /// `[quantile, µs]` points of a record, from its CDF or its percentiles.
@@ -400,13 +400,13 @@ fn compaction_segments<DB: DrawingBackend>(
     let rows = titled.split_evenly((g.records.len(), 1));
     for (area, r) in rows.iter().zip(&g.records) {
         let comps: Vec<_> = r.compactions.iter().filter(|c| c.is_l0_to_l1()).collect();
-        let total: f64 = comps.iter().map(|c| c.duration_s).sum();
+        let total: f64 = comps.iter().fold(0.0, |a, c| a + c.duration_s);
         let caption = format!(
             "{}: {} L0→L1 compactions, {:.1} s busy, {:.1} MiB in",
             r.config,
             comps.len(),
             total,
-            comps.iter().map(|c| mib(c.input_bytes)).sum::<f64>()
+            comps.iter().fold(0.0, |a, c| a + mib(c.input_bytes))
         );
         let mut chart = ChartBuilder::on(area)
             .caption(caption, ("sans-serif", 17))

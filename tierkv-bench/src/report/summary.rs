@@ -85,7 +85,7 @@ pub fn markdown(records: &[Record], json: &Path, files: &[String]) -> String {
             };
             let _ = writeln!(
                 s,
-                "| {} | {}{} | {:.1} | {} {:.1}{} | {:.1} | {} | {} | {:.2} | {:.1} / {:.1} | {:.1} | {:.0} |",
+                "| {} | {}{} | {:.1} | {} {:.1}{} | {:.1} | {} | {} | {} | {:.1} / {:.1} | {:.1} | {:.0} |",
                 r.config,
                 fmt_count(r.ops_per_sec),
                 ratio(r.ops_per_sec, b.map(|b| b.ops_per_sec)),
@@ -100,7 +100,7 @@ pub fn markdown(records: &[Record], json: &Path, files: &[String]) -> String {
                 r.troughs.percent,
                 wa(r.write_amp.ssd, b.filter(|b| b.bytes.user > 0).map(|b| b.write_amp.ssd)),
                 wa(r.write_amp.total, b.filter(|b| b.bytes.user > 0).map(|b| b.write_amp.total)),
-                r.io_amp,
+                wa(r.io_amp, b.filter(|b| b.bytes.user > 0).map(|b| b.io_amp)),
                 r.chain_bytes.avg / 1048576.0,
                 r.chain_bytes.max as f64 / 1048576.0,
                 r.cpu_seconds,
