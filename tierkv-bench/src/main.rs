@@ -172,6 +172,10 @@ struct BenchArgs {
     /// `tierkv:vlsm` growth factor f between the other levels.
     #[arg(long = "vlsm_growth_factor", default_value_t = 8)]
     vlsm_growth_factor: u64,
+    /// tierkv: independent LSMs (regions) in one database, hash-routed
+    /// (the vLSM paper runs 4 to 256).
+    #[arg(long = "regions", default_value_t = 1)]
+    regions: usize,
     /// Keep the databases after the run.
     #[arg(long = "keep_db", num_args = 0..=1, default_value = "0", default_missing_value = "1", value_parser = parse_flag)]
     keep_db: bool,
@@ -239,6 +243,7 @@ fn plan_from(args: &BenchArgs, configs: Vec<Config>, default_scale: Scale) -> Re
         vlsm_sst_size_bytes: args.vlsm_sst_size,
         vlsm_phi: args.vlsm_phi,
         vlsm_growth_factor: args.vlsm_growth_factor,
+        regions: args.regions,
         ..EngineSetup::defaults(args.db.clone(), pm_base.clone())
     };
     let benchmarks: Vec<String> = args

@@ -266,6 +266,8 @@ pub struct EngineSetup {
     pub vlsm_phi: u64,
     /// `tierkv:vlsm`: growth factor f between the other levels.
     pub vlsm_growth_factor: u64,
+    /// tierkv: independent LSMs (regions) in one database, hash-routed.
+    pub regions: usize,
 }
 
 impl EngineSetup {
@@ -289,6 +291,7 @@ impl EngineSetup {
             vlsm_sst_size_bytes: None,
             vlsm_phi: 32,
             vlsm_growth_factor: 8,
+            regions: 1,
         }
     }
 }

@@ -55,6 +55,7 @@ pub fn options_for(preset: Preset, setup: &EngineSetup) -> Options {
     if matches!(preset, Preset::Matrix | Preset::Triangle | Preset::RangeTab) {
         o.l1_size_bytes = setup.pm_size_bytes.max(setup.sst_size_bytes);
     }
+    o.regions = setup.regions;
     if preset == Preset::Vlsm {
         // vLSM's small SSTs: memtables are SST-sized (paper §6.2), L1 = f × SST.
         let sst = setup
