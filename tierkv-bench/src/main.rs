@@ -1,2 +1,330 @@
-//! tierkv-bench (in progress).
-fn main() {}
+//! The `tierkv-bench` command line; see the library docs for the pieces.
+
+#![warn(clippy::unwrap_used)]
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use tierkv_bench::engines::{Config, EngineSetup};
+use tierkv_bench::error::{Error, Result};
+use tierkv_bench::keys::Distribution;
+use tierkv_bench::report;
+use tierkv_bench::scale::Scale;
+use tierkv_bench::suite::{self, Pacing, Plan};
+use tierkv_bench::workload::WorkloadParams;
+
+/// db_bench and YCSB workloads on tierkv and RocksDB, side by side.
+#[derive(Parser, Debug)]
+#[command(name = "tierkv-bench", version, args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+    #[command(flatten)]
+    bench: BenchArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Run several configurations one after another on the same workload.
+    Compare(Box<CompareArgs>),
+    /// Draw the plots and the summary of a JSON run.
+    Report(ReportArgs),
+}
+
+#[derive(Args, Debug)]
+struct CompareArgs {
+    /// Comma-separated configurations: tierkv:<preset>, rocksdb-ssd, rocksdb-l0-pm, fake.
+    #[arg(long, value_delimiter = ',', required = true)]
+    configs: Vec<String>,
+    #[command(flatten)]
+    bench: BenchArgs,
+}
+
+#[derive(Args, Debug)]
+struct ReportArgs {
+    /// The JSON file written by `--json`.
+    json: PathBuf,
+    /// Output directory (default: `<json stem>-report` beside the JSON).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+fn parse_flag(s: &str) -> std::result::Result<bool, String> {
+    match s {
+        "1" | "true" | "yes" => Ok(true),
+        "0" | "false" | "no" => Ok(false),
+        _ => Err(format!("expected 0/1/true/false, got `{s}`")),
+    }
+}
+
+/// db_bench's flags (same names), plus the scale, pacing and JSON output.
+#[derive(Args, Debug)]
+struct BenchArgs {
+    /// Comma-separated benchmarks: fillseq, fillrandom, overwrite, readrandom,
+    /// readseq, seekrandom, readwhilewriting, ycsb-load, ycsb-a … ycsb-f.
+    #[arg(
+        long = "benchmarks",
+        value_delimiter = ',',
+        default_value = "fillrandom,readrandom"
+    )]
+    benchmarks: Vec<String>,
+    /// Configuration of a plain run (default tierkv:classic).
+    #[arg(long = "config", default_value = "tierkv:classic")]
+    config: String,
+    /// tiny | small | medium | paper10 (default: tiny; medium for compare).
+    #[arg(long = "scale")]
+    scale: Option<String>,
+    /// Keys of a fill (default: dataset of the scale / value size).
+    #[arg(long = "num")]
+    num: Option<u64>,
+    /// Reads per thread (YCSB: operations in all); negative = num.
+    #[arg(long = "reads", allow_negative_numbers = true)]
+    reads: Option<i64>,
+    /// Key size in bytes.
+    #[arg(long = "key_size", default_value_t = 16)]
+    key_size: usize,
+    /// Value size in bytes (default 4096; 1000 for YCSB).
+    #[arg(long = "value_size")]
+    value_size: Option<usize>,
+    /// Client threads (open loop: workers).
+    #[arg(long = "threads", default_value_t = 1)]
+    threads: usize,
+    /// Print db_bench latency histograms.
+    #[arg(long = "histogram", num_args = 0..=1, default_value = "0", default_missing_value = "1", value_parser = parse_flag)]
+    histogram: bool,
+    /// Print throughput every N seconds (0 = off).
+    #[arg(long = "report_interval_seconds", default_value_t = 0)]
+    report_interval_seconds: u64,
+    /// SSD base directory (each configuration gets a subdirectory).
+    #[arg(long = "db", default_value = "/work/tierkv-bench-data")]
+    db: PathBuf,
+    /// PM base directory (default /dev/shm/tierkv-bench-<pid>).
+    #[arg(long = "pm_dir")]
+    pm_dir: Option<PathBuf>,
+    /// PM tier size in bytes (default: the scale's).
+    #[arg(long = "pm_size")]
+    pm_size: Option<u64>,
+    /// Memtable size in bytes (default: the scale's).
+    #[arg(long = "write_buffer_size")]
+    write_buffer_size: Option<u64>,
+    /// Memtables at most.
+    #[arg(long = "max_write_buffer_number", default_value_t = 2)]
+    max_write_buffer_number: usize,
+    /// SST target size in bytes (default: the memtable size).
+    #[arg(long = "target_file_size_base")]
+    target_file_size_base: Option<u64>,
+    /// L1 target size in bytes (default: the scale's).
+    #[arg(long = "max_bytes_for_level_base")]
+    max_bytes_for_level_base: Option<u64>,
+    /// Background flush and compaction threads.
+    #[arg(long = "max_background_jobs", default_value_t = 2)]
+    max_background_jobs: usize,
+    /// Block cache bytes.
+    #[arg(long = "cache_size", default_value_t = 8 << 20)]
+    cache_size: u64,
+    /// Bloom filter bits per key (0 = none).
+    #[arg(long = "bloom_bits", default_value_t = 10)]
+    bloom_bits: u32,
+    /// L0 files that trigger a compaction.
+    #[arg(long = "level0_file_num_compaction_trigger", default_value_t = 4)]
+    level0_file_num_compaction_trigger: usize,
+    /// L0 files that slow writes down.
+    #[arg(long = "level0_slowdown_writes_trigger", default_value_t = 20)]
+    level0_slowdown_writes_trigger: usize,
+    /// L0 files that stop writes.
+    #[arg(long = "level0_stop_writes_trigger", default_value_t = 36)]
+    level0_stop_writes_trigger: usize,
+    /// Write rate while delayed (bytes/s).
+    #[arg(long = "delayed_write_rate", default_value_t = 16 << 20)]
+    delayed_write_rate: u64,
+    /// O_DIRECT for flush and compaction.
+    #[arg(long = "use_direct_io_for_flush_and_compaction", num_args = 0..=1, default_value = "0", default_missing_value = "1", value_parser = parse_flag)]
+    use_direct_io_for_flush_and_compaction: bool,
+    /// Request distribution of random workloads: uniform | zipfian | latest.
+    #[arg(long = "distribution")]
+    distribution: Option<String>,
+    /// Entries read after each seek in seekrandom.
+    #[arg(long = "seek_nexts", default_value_t = 0)]
+    seek_nexts: usize,
+    /// Seed of the request streams (the same for every configuration).
+    #[arg(long = "seed", default_value_t = 1)]
+    seed: u64,
+    /// Open loop: requests per second.
+    #[arg(long = "rate", conflicts_with = "rate_fraction")]
+    rate: Option<f64>,
+    /// Open loop at this fraction of a configuration's closed-loop throughput.
+    #[arg(long = "rate_fraction", requires = "rate_of")]
+    rate_fraction: Option<f64>,
+    /// The configuration whose throughput `--rate_fraction` refers to.
+    #[arg(long = "rate_of")]
+    rate_of: Option<String>,
+    /// Write the JSON records here.
+    #[arg(long = "json")]
+    json: Option<PathBuf>,
+    /// `tierkv:vlsm` SST size in bytes (default: the scale's SST size / 8).
+    #[arg(long = "vlsm_sst_size")]
+    vlsm_sst_size: Option<u64>,
+    /// `tierkv:vlsm` growth factor Φ between L1 and L2.
+    #[arg(long = "vlsm_phi", default_value_t = 32)]
+    vlsm_phi: u64,
+    /// `tierkv:vlsm` growth factor f between the other levels.
+    #[arg(long = "vlsm_growth_factor", default_value_t = 8)]
+    vlsm_growth_factor: u64,
+    /// tierkv: independent LSMs (regions) in one database, hash-routed
+    /// (the vLSM paper runs 4 to 256).
+    #[arg(long = "regions", default_value_t = 1)]
+    regions: usize,
+    /// Keep the databases after the run.
+    #[arg(long = "keep_db", num_args = 0..=1, default_value = "0", default_missing_value = "1", value_parser = parse_flag)]
+    keep_db: bool,
+}
+
+fn plan_from(args: &BenchArgs, configs: Vec<Config>, default_scale: Scale) -> Result<Plan> {
+    let scale = match &args.scale {
+        None => default_scale,
+        Some(s) => Scale::parse(s).ok_or_else(|| {
+            Error::Usage(format!(
+                "unknown scale `{s}`; scales: tiny, small, medium, paper10"
+            ))
+        })?,
+    };
+    let distribution = match &args.distribution {
+        None => None,
+        Some(d) => Some(Distribution::parse(d).ok_or_else(|| {
+            Error::Usage(format!(
+                "unknown distribution `{d}`; use uniform, zipfian or latest"
+            ))
+        })?),
+    };
+    if args.threads == 0 {
+        return Err(Error::Usage("--threads must be at least 1".into()));
+    }
+    let pacing = match (args.rate, args.rate_fraction, &args.rate_of) {
+        (Some(r), _, _) if r > 0.0 && r.is_finite() => Pacing::Rate(r),
+        (Some(r), _, _) => return Err(Error::Usage(format!("--rate must be positive, got {r}"))),
+        (None, Some(f), Some(of)) if f > 0.0 && f.is_finite() => Pacing::Fraction {
+            fraction: f,
+            of: Config::parse(of)?,
+        },
+        (None, Some(f), _) => {
+            return Err(Error::Usage(format!(
+                "--rate_fraction must be positive and needs --rate_of, got {f}"
+            )))
+        }
+        (None, None, _) => Pacing::Closed,
+    };
+    let memtable = args
+        .write_buffer_size
+        .unwrap_or(scale.memtable_size_bytes());
+    let pm_base = args
+        .pm_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("/dev/shm/tierkv-bench-{}", std::process::id())));
+    let setup = EngineSetup {
+        pm_size_bytes: args.pm_size.unwrap_or(scale.pm_size_bytes()),
+        memtable_size_bytes: memtable,
+        memtable_count: args.max_write_buffer_number.max(2),
+        sst_size_bytes: args.target_file_size_base.unwrap_or(memtable),
+        l1_size_bytes: args
+            .max_bytes_for_level_base
+            .unwrap_or(scale.l1_size_bytes()),
+        background_jobs: args.max_background_jobs.max(1),
+        block_cache_bytes: args.cache_size,
+        bloom_bits: args.bloom_bits,
+        l0_triggers: (
+            args.level0_file_num_compaction_trigger,
+            args.level0_slowdown_writes_trigger,
+            args.level0_stop_writes_trigger,
+        ),
+        delayed_write_rate_bytes_per_sec: args.delayed_write_rate,
+        direct_io: args.use_direct_io_for_flush_and_compaction,
+        vlsm_sst_size_bytes: args.vlsm_sst_size,
+        vlsm_phi: args.vlsm_phi,
+        vlsm_growth_factor: args.vlsm_growth_factor,
+        regions: args.regions,
+        ..EngineSetup::defaults(args.db.clone(), pm_base.clone())
+    };
+    let benchmarks: Vec<String> = args
+        .benchmarks
+        .iter()
+        .map(|b| b.trim().to_string())
+        .filter(|b| !b.is_empty())
+        .collect();
+    Ok(Plan {
+        configs,
+        benchmarks,
+        scale,
+        num: args.num,
+        reads: args.reads.and_then(|r| u64::try_from(r).ok()),
+        key_size: args.key_size,
+        value_size: args.value_size,
+        params: WorkloadParams {
+            num: 0,
+            reads: 0,
+            key_size: args.key_size,
+            value_size: 0,
+            distribution,
+            seek_nexts: args.seek_nexts,
+            seed: args.seed,
+        },
+        setup,
+        threads: args.threads,
+        histogram: args.histogram,
+        report_interval_s: args.report_interval_seconds,
+        pacing,
+        db_base: args.db.clone(),
+        pm_base,
+        keep_db: args.keep_db,
+        json: args.json.clone(),
+    })
+}
+
+fn cleanup_pm_base(plan: &Plan) {
+    // Only the per-process default base is ours to remove entirely.
+    if plan.pm_base.starts_with("/dev/shm")
+        && plan
+            .pm_base
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("tierkv-bench-"))
+        && !plan.keep_db
+    {
+        let _ = std::fs::remove_dir_all(&plan.pm_base);
+    }
+}
+
+fn main_inner() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Some(Cmd::Report(r)) => report::report(&r.json, r.out.as_deref()),
+        Some(Cmd::Compare(c)) => {
+            let configs = c
+                .configs
+                .iter()
+                .map(|s| Config::parse(s))
+                .collect::<Result<Vec<_>>>()?;
+            let plan = plan_from(&c.bench, configs, Scale::Medium)?;
+            let r = suite::execute(&plan);
+            cleanup_pm_base(&plan);
+            r.map(|_| ())
+        }
+        None => {
+            let config = Config::parse(&cli.bench.config)?;
+            let plan = plan_from(&cli.bench, vec![config], Scale::Tiny)?;
+            let r = suite::execute(&plan);
+            cleanup_pm_base(&plan);
+            r.map(|_| ())
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    match main_inner() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tierkv-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -164,8 +164,11 @@ pub struct Stats {
     pub flushes: Vec<FlushRecord>,
     /// Every compaction.
     pub compactions: Vec<CompactionRecord>,
-    /// The level shape now.
+    /// The level shape now (with several regions: totals over them, per
+    /// level and tier).
     pub levels: Vec<LevelShape>,
+    /// The level shape of each region (`Options::regions`), in region order.
+    pub regions: Vec<Vec<LevelShape>>,
     /// Block cache hits.
     pub block_cache_hits: u64,
     /// Block cache misses.
@@ -213,6 +216,24 @@ impl Stats {
                 l.tables,
                 mb(l.bytes)
             );
+        }
+        if self.regions.len() > 1 {
+            // One line per region: tables per level (L0 first).
+            let _ = writeln!(s, "per region (tables at L0 L1 ...):");
+            for (r, shape) in self.regions.iter().enumerate() {
+                let depth = shape.iter().map(|l| l.level + 1).max().unwrap_or(0);
+                let counts: Vec<String> = (0..depth)
+                    .map(|lv| {
+                        let n: usize = shape
+                            .iter()
+                            .filter(|l| l.level == lv)
+                            .map(|l| l.tables)
+                            .sum();
+                        n.to_string()
+                    })
+                    .collect();
+                let _ = writeln!(s, "  R{r}: {}", counts.join(" "));
+            }
         }
         let w = &self.written;
         let _ = writeln!(s, "\n** Bytes written (MB) **");
@@ -383,6 +404,29 @@ impl StatsRecorder {
         log.compactions.push(rec);
     }
 
+    /// A snapshot, with the level shape of each region; `levels` gets
+    /// their per-level, per-tier totals.
+    pub fn snapshot_regions(&self, regions: Vec<Vec<LevelShape>>) -> Stats {
+        let mut levels: Vec<LevelShape> = Vec::new();
+        for s in regions.iter().flatten() {
+            match levels
+                .iter_mut()
+                .find(|l| l.level == s.level && l.tier == s.tier)
+            {
+                Some(l) => {
+                    l.tables += s.tables;
+                    l.bytes += s.bytes;
+                }
+                None => levels.push(s.clone()),
+            }
+        }
+        levels.sort_by_key(|l| (l.level, l.tier == Tier::Ssd));
+        Stats {
+            regions,
+            ..self.snapshot(levels)
+        }
+    }
+
     /// A snapshot, with the given level shape.
     pub fn snapshot(&self, levels: Vec<LevelShape>) -> Stats {
         let log = self.log.lock();
@@ -395,7 +439,8 @@ impl StatsRecorder {
             stalls: log.stalls.clone(),
             flushes: log.flushes.clone(),
             compactions: log.compactions.clone(),
-            levels,
+            levels: levels.clone(),
+            regions: vec![levels],
             block_cache_hits: self.block_cache_hits.load(Ordering::Relaxed),
             block_cache_misses: self.block_cache_misses.load(Ordering::Relaxed),
         }

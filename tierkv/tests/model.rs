@@ -32,6 +32,34 @@ struct Setup {
     pm_wal: bool,
     seeds: &'static [u64],
     ops: usize,
+    /// `Options::vsst` (None: the design's default).
+    vsst: Option<bool>,
+    /// Size of the key space (more keys: more data reaches the deeper levels).
+    keys: u32,
+    /// Issue `compact_range` calls (off: only background compactions shape
+    /// the LSM, so a design's own chain of compactions runs).
+    compact_range: bool,
+    /// `Options::regions`.
+    regions: usize,
+    /// Route by key range (`regions` − 1 boundaries splitting the key space
+    /// evenly) instead of by hash.
+    range_routing: bool,
+}
+
+impl Setup {
+    fn new(design: Preset, pm_wal: bool, seeds: &'static [u64]) -> Setup {
+        Setup {
+            design,
+            pm_wal,
+            seeds,
+            ops: 4000,
+            vsst: None,
+            keys: 400,
+            compact_range: true,
+            regions: 1,
+            range_routing: false,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -134,6 +162,20 @@ impl Harness {
             block_size_bytes: 1024,
             block_cache_bytes: 256 << 10,
             background_threads: 2,
+            // vlsm: L1 = 2 × 64 KiB, L2 = 2 × L1, a 3-SST L0 queue, so a
+            // few hundred KiB reach L2 and vSSTs are cut between 32 and 64 KiB.
+            vsst: self.setup.vsst,
+            vlsm_growth_factor: 2,
+            vlsm_phi: 2,
+            vlsm_l0_max_ssts: 3,
+            regions: self.setup.regions,
+            region_boundaries: if self.setup.range_routing {
+                (1..self.setup.regions as u32)
+                    .map(|i| key(self.setup.keys * i / self.setup.regions as u32))
+                    .collect()
+            } else {
+                Vec::new()
+            },
             ..Options::default()
         };
         if let Some(sim) = &self.sim {
@@ -203,8 +245,12 @@ impl Harness {
     }
 
     fn check_scan(&self, rng: &mut SmallRng, snap: Option<&(Snapshot, Model)>) {
-        let lo = rng.gen_bool(0.5).then(|| key(rng.gen_range(0..400)));
-        let hi = rng.gen_bool(0.5).then(|| key(rng.gen_range(0..400)));
+        let lo = rng
+            .gen_bool(0.5)
+            .then(|| key(rng.gen_range(0..self.setup.keys)));
+        let hi = rng
+            .gen_bool(0.5)
+            .then(|| key(rng.gen_range(0..self.setup.keys)));
         let reverse = rng.gen_bool(0.5);
         let limit = rng.gen_range(1..80);
         let (snapshot, model) = match snap {
@@ -364,7 +410,7 @@ impl Harness {
     }
 
     fn step(&mut self, rng: &mut SmallRng) {
-        let k = key(rng.gen_range(0..400));
+        let k = key(rng.gen_range(0..self.setup.keys));
         match rng.gen_range(0..1000) {
             0..=449 => {
                 let v = value(rng);
@@ -375,7 +421,7 @@ impl Harness {
                 let n = rng.gen_range(1..20);
                 let ops = (0..n)
                     .map(|_| {
-                        let k = key(rng.gen_range(0..400));
+                        let k = key(rng.gen_range(0..self.setup.keys));
                         if rng.gen_bool(0.8) {
                             Op::Put(k, value(rng))
                         } else {
@@ -405,10 +451,12 @@ impl Harness {
             }
             890..=919 => self.db().flush().expect("flush"),
             920..=934 => {
-                let a = key(rng.gen_range(0..400));
-                let b = key(rng.gen_range(0..400));
+                let a = key(rng.gen_range(0..self.setup.keys));
+                let b = key(rng.gen_range(0..self.setup.keys));
                 let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
-                if rng.gen_bool(0.3) {
+                if !self.setup.compact_range {
+                    // Leave the shape to background compactions.
+                } else if rng.gen_bool(0.3) {
                     self.db().compact_range(None, None).expect("compact")
                 } else {
                     self.db()
@@ -457,15 +505,13 @@ fn run(setup: Setup) -> usize {
 
 /// One line per design and WAL placement.
 macro_rules! model_test {
-    ($name:ident, $design:expr, pm_wal: $pm:expr, seeds: $seeds:expr) => {
+    ($name:ident, $design:expr, pm_wal: $pm:expr, seeds: $seeds:expr $(, $field:ident: $val:expr)*) => {
         #[test]
         fn $name() {
-            let crashes = run(Setup {
-                design: $design,
-                pm_wal: $pm,
-                seeds: $seeds,
-                ops: 4000,
-            });
+            #[allow(unused_mut)]
+            let mut setup = Setup::new($design, $pm, $seeds);
+            $(setup.$field = $val;)*
+            let crashes = run(setup);
             eprintln!("{}: {crashes} crashes", stringify!($name));
         }
     };
@@ -473,5 +519,16 @@ macro_rules! model_test {
 
 model_test!(classic_ssd_wal, Preset::Classic, pm_wal: false, seeds: &[1, 2, 3, 4, 5, 6]);
 model_test!(classic_pm_wal, Preset::Classic, pm_wal: true, seeds: &[11, 12, 13, 14]);
+model_test!(vlsm_ssd_wal, Preset::Vlsm, pm_wal: false, seeds: &[21, 22, 23, 24], keys: 4000);
+model_test!(vlsm_background_only, Preset::Vlsm, pm_wal: false, seeds: &[27, 28, 29], keys: 4000, compact_range: false);
+model_test!(classic_vsst, Preset::Classic, pm_wal: false, seeds: &[31, 32, 33], vsst: Some(true));
+// Regions: four LSMs in one Db, routed by hash and by key range.
+model_test!(classic_regions_hash, Preset::Classic, pm_wal: false, seeds: &[41, 42, 43], regions: 4);
+model_test!(classic_regions_range, Preset::Classic, pm_wal: false, seeds: &[44, 45, 46], regions: 4, range_routing: true);
+model_test!(classic_regions_pm_wal, Preset::Classic, pm_wal: true, seeds: &[47, 48], regions: 4);
+model_test!(vlsm_regions_hash, Preset::Vlsm, pm_wal: false, seeds: &[51, 52, 53], keys: 4000, regions: 4);
+model_test!(vlsm_regions_range, Preset::Vlsm, pm_wal: false, seeds: &[54, 55, 56], keys: 4000, regions: 4, range_routing: true);
 model_test!(triangle_pm_wal, Preset::Triangle, pm_wal: true, seeds: &[21, 22, 23, 24]);
 model_test!(matrix_pm_wal, Preset::Matrix, pm_wal: true, seeds: &[31, 32, 33, 34]);
+model_test!(triangle_regions_range, Preset::Triangle, pm_wal: true, seeds: &[25, 26], regions: 4, range_routing: true);
+model_test!(matrix_regions_hash, Preset::Matrix, pm_wal: true, seeds: &[35, 36], regions: 4);

@@ -19,9 +19,15 @@
 //! ```
 //!
 //! Commands: `define [opts]` (tables `smallest-largest[@seq][:size]`,
-//! sizes with K/M/G; default size 64M), `pick`, `busy <id,...>`,
-//! `apply` (replace the last pick's inputs by one output table at the output
-//! level), `scores`, `write-control [imm=N]`, `pending`.
+//! sizes with K/M/G; default size 64M; `design=<preset>` picks the design,
+//! default classic), `pick`, `busy <id,...>`, `apply` (replace the last
+//! pick's inputs by one output table per key-connected group of inputs at
+//! the output level), `write-control [imm=N]`, `flush-blocked`, `debt`,
+//! `l1` (each L1 table's L2 overlap, ratio and vSST class).
+//!
+//! `define` options: `l0_trigger`, `l0_slowdown`, `l0_stop`, `l1`, `mult`,
+//! `sst`, `levels`, `soft`, `hard`, `design`, and for vLSM `f`, `phi`,
+//! `l0_max`, `vsst=on|off`.
 //!
 //! PM container designs (`define design=triangle` or `design=matrix`, with
 //! `pm=` the simulated PM tier, `mem=` the memtable size, `limit=` the
@@ -40,8 +46,8 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use tierkv::compaction::vsst::VsstParams;
 use tierkv::db::pm::PmTier;
-use tierkv::design::classic::Classic;
 use tierkv::design::matrix::Matrix;
 use tierkv::design::triangle::container::{
     side_edit, victim_windows, Container, ContainerState, SidePlan,
@@ -101,6 +107,7 @@ impl PageSource for Pages<'_> {
 
 struct Script {
     design: Arc<dyn Design>,
+    opts: Options,
     pm: Option<Pm>,
     version: Version,
     busy: HashSet<u64>,
@@ -159,20 +166,25 @@ fn fmt_size(b: u64) -> String {
 impl Script {
     fn new() -> Script {
         Script {
-            design: Arc::new(Classic::new(&Options::default())),
+            design: tierkv::design::build(&Options::default(), None).expect("classic"),
+            opts: Options::default(),
             pm: None,
             version: Version::empty(7),
             busy: HashSet::new(),
             last: None,
             next_id: 1,
-            ctx: Arc::new(TableContext::new(
-                Arc::new(MemFs::new()),
-                PathBuf::from("/golden"),
-                None,
-                TableCounters::default(),
-                true,
-            )),
+            ctx: Self::fresh_ctx(),
         }
+    }
+
+    fn fresh_ctx() -> Arc<TableContext> {
+        Arc::new(TableContext::new(
+            Arc::new(MemFs::new()),
+            PathBuf::from("/golden"),
+            None,
+            TableCounters::default(),
+            true,
+        ))
     }
 
     fn table(&mut self, spec: &str) -> Arc<TableHandle> {
@@ -384,10 +396,8 @@ impl Script {
             "define" => {
                 let mut o = Options::default();
                 let mut pm_bytes = 16u64 << 20;
-                let mut design = Preset::Classic;
                 for (k, v) in &args {
                     match *k {
-                        "design" => design = Preset::from_name(v).expect("design"),
                         "pm" => pm_bytes = parse_size(v),
                         "mem" => o.memtable_size_bytes = parse_size(v) as usize,
                         "limit" => o.pm_container_limit_bytes = parse_size(v),
@@ -400,19 +410,17 @@ impl Script {
                         "levels" => o.level_count = v.parse().expect("n"),
                         "soft" => o.pending_compaction_bytes_soft = parse_size(v),
                         "hard" => o.pending_compaction_bytes_hard = parse_size(v),
+                        "design" => o.design = Preset::from_name(v).expect("preset"),
+                        "f" => o.vlsm_growth_factor = v.parse().expect("n"),
+                        "phi" => o.vlsm_phi = v.parse().expect("n"),
+                        "l0_max" => o.vlsm_l0_max_ssts = v.parse().expect("n"),
+                        "vsst" => o.vsst = Some(*v == "on"),
                         other => panic!("unknown define option {other}"),
                     }
                 }
-                self.ctx = Arc::new(TableContext::new(
-                    Arc::new(MemFs::new()),
-                    PathBuf::from("/golden"),
-                    None,
-                    TableCounters::default(),
-                    true,
-                ));
+                self.ctx = Self::fresh_ctx();
                 self.pm = None;
-                o.design = design;
-                if design.needs_pm() {
+                if o.design.needs_pm() {
                     if !args.iter().any(|(k, _)| *k == "mem") {
                         o.memtable_size_bytes = 64 << 10;
                     }
@@ -420,7 +428,7 @@ impl Script {
                     o.pm_region = Some(sim);
                     o.pm_size_bytes = pm_bytes;
                     let tier = Arc::new(PmTier::open(&o).expect("PM tier"));
-                    let (pmd, d): (PmDesign, Arc<dyn Design>) = match design {
+                    let (pmd, d): (PmDesign, Arc<dyn Design>) = match o.design {
                         Preset::Triangle => {
                             let t = Arc::new(Triangle::new(&o, Arc::clone(&tier)).expect("design"));
                             (PmDesign::Triangle(Arc::clone(&t)), t)
@@ -435,8 +443,9 @@ impl Script {
                     self.design = d;
                     self.pm = Some(Pm { design: pmd, tier });
                 } else {
-                    self.design = Arc::new(Classic::new(&o));
+                    self.design = tierkv::design::build(&o, None).expect("design");
                 }
+                self.opts = o.clone();
                 self.version = Version::empty(o.level_count);
                 self.busy.clear();
                 self.next_id = 1;
@@ -525,45 +534,81 @@ impl Script {
                 if let Some(plan) = SidePlan::of(&task) {
                     return self.apply_side(&task, &plan);
                 }
-                let mut bytes = 0;
-                let mut lo: Option<Vec<u8>> = None;
-                let mut hi: Option<Vec<u8>> = None;
-                let mut seq = 0;
+                // Inputs joined into groups while their key ranges meet.
+                let mut all: Vec<Arc<TableHandle>> = Vec::new();
                 for (l, tables) in &task.inputs {
                     for t in tables {
-                        bytes += t.meta.size_bytes;
-                        seq = seq.max(t.meta.seq_max);
-                        let (s, e) = (
-                            t.smallest_user_key().to_vec(),
-                            t.largest_user_key().to_vec(),
-                        );
-                        if lo.as_ref().is_none_or(|x| &s < x) {
-                            lo = Some(s);
-                        }
-                        if hi.as_ref().is_none_or(|x| &e > x) {
-                            hi = Some(e);
-                        }
+                        all.push(Arc::clone(t));
                         self.version.levels[*l].retain(|x| x.meta.id != t.meta.id);
                     }
                 }
-                let spec = format!(
-                    "{}-{}@{seq}:{}",
-                    String::from_utf8_lossy(&lo.unwrap_or_default()),
-                    String::from_utf8_lossy(&hi.unwrap_or_default()),
-                    bytes
-                );
-                if task.kind == TaskKind::TrivialMove {
-                    for (_, tables) in &task.inputs {
-                        for t in tables {
-                            self.version.levels[task.output_level].push(Arc::clone(t));
+                all.sort_by(|a, b| a.smallest_user_key().cmp(b.smallest_user_key()));
+                let mut groups: Vec<(Vec<u8>, Vec<u8>, u64, u64)> = Vec::new();
+                for t in &all {
+                    let (lo, hi) = (t.smallest_user_key(), t.largest_user_key());
+                    match groups.last_mut() {
+                        Some(g) if lo <= g.1.as_slice() => {
+                            if hi > g.1.as_slice() {
+                                g.1 = hi.to_vec();
+                            }
+                            g.2 += t.meta.size_bytes;
+                            g.3 = g.3.max(t.meta.seq_max);
                         }
+                        _ => groups.push((
+                            lo.to_vec(),
+                            hi.to_vec(),
+                            t.meta.size_bytes,
+                            t.meta.seq_max,
+                        )),
+                    }
+                }
+                if task.kind == TaskKind::TrivialMove {
+                    for t in all {
+                        self.version.levels[task.output_level].push(t);
                     }
                 } else {
-                    let t = self.table(&spec);
-                    self.version.levels[task.output_level].push(t);
+                    for (lo, hi, bytes, seq) in groups {
+                        let spec = format!(
+                            "{}-{}@{seq}:{bytes}",
+                            String::from_utf8_lossy(&lo),
+                            String::from_utf8_lossy(&hi),
+                        );
+                        let t = self.table(&spec);
+                        self.version.levels[task.output_level].push(t);
+                    }
                 }
                 self.resort();
                 self.show_version()
+            }
+            "flush-blocked" => format!("{:?}\n", self.design.flush_blocked(&self.version)),
+            "l1" => {
+                let p = VsstParams::new(self.opts.sst_size_bytes, self.opts.vlsm_growth_factor);
+                let mut s = String::new();
+                for t in &self.version.levels[1] {
+                    let overlap: u64 = self
+                        .version
+                        .overlapping(2, Some(t.smallest_user_key()), Some(t.largest_user_key()))
+                        .iter()
+                        .map(|o| o.meta.size_bytes)
+                        .sum();
+                    let _ = writeln!(
+                        s,
+                        "#{} {} overlap {} ratio {:.2} {}",
+                        t.meta.id,
+                        fmt_size(t.meta.size_bytes),
+                        fmt_size(overlap),
+                        overlap as f64 / t.meta.size_bytes.max(1) as f64,
+                        if p.is_good(t.meta.size_bytes, overlap) {
+                            "good"
+                        } else {
+                            "poor"
+                        }
+                    );
+                }
+                if s.is_empty() {
+                    s.push_str("empty\n");
+                }
+                s
             }
             "write-control" => {
                 let imm = args

@@ -8,10 +8,17 @@
 //!    no level below the output level can hold the key (it is at its base
 //!    level): tombstones disappear only at the last level that has the key.
 //!
-//! Cutting rules: an output table is closed at a user-key boundary when it
-//! reaches the target size, or when it already overlaps more than
-//! `MAX_GRANDPARENT_OVERLAP_FACTOR` × target bytes of the next level, so no
-//! future compaction of it drags in an oversized piece of the next level.
+//! Cutting: a [`Cutter`] decides, before the first entry of each user key,
+//! whether the open output table closes first. [`merge_to_ssts`] picks the
+//! cutter from the options ([`cutter_for`]):
+//! * [`SizeCutter`] (the default, leveldb's rule): close at the target size,
+//!   or when the table already overlaps more than
+//!   `MAX_GRANDPARENT_OVERLAP_FACTOR` × target bytes of the next level, so
+//!   no future compaction of it drags in an oversized piece of that level;
+//! * [`vsst::VsstCutter`] for L1 output when `Options::vsst_enabled`:
+//!   vLSM's overlap-aware vSSTs (see that module).
+
+pub mod vsst;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -71,20 +78,54 @@ pub struct OutputSpec<'a> {
     pub may_drop_tombstones: bool,
 }
 
-/// Writes SSTs for a merged stream, cutting as the rules say.
-struct Outputs<'a, 'e> {
-    env: &'a JobEnv<'e>,
-    spec: &'a OutputSpec<'a>,
-    done: Vec<TableMeta>,
-    cur: Option<(u64, TableBuilder)>,
+/// Where a merge cuts its output into tables.
+///
+/// The merge calls [`Cutter::cut_before`] once per user key, before its
+/// first (newest) entry is written, in ascending key order, and
+/// [`Cutter::finish`] once at the end. A cutter sees only keys that are
+/// written (dropped entries never reach it). It is a pure policy: it does
+/// no I/O, so it can be tested on constructed layouts.
+pub trait Cutter {
+    /// `ikey` is the first entry of the next user key; `open_bytes` the
+    /// estimated size of the table being written, `None` if none is open
+    /// (the key will start one). Returns true to close the open table
+    /// first; the key then starts the next table.
+    fn cut_before(&mut self, ikey: &[u8], open_bytes: Option<u64>) -> bool;
+
+    /// The input ended; `open_bytes` is the size of the last table, if any.
+    fn finish(&mut self, open_bytes: Option<u64>) {
+        let _ = open_bytes;
+    }
+}
+
+/// leveldb's rule: close at `target_size_bytes`, or once the open table
+/// overlaps more than `MAX_GRANDPARENT_OVERLAP_FACTOR` × target bytes of
+/// the grandparent level.
+pub struct SizeCutter<'a> {
+    target_size_bytes: u64,
+    grandparents: &'a [Arc<TableHandle>],
     gp_index: usize,
     gp_overlap_bytes: u64,
     gp_seen_key: bool,
 }
 
-impl<'a, 'e> Outputs<'a, 'e> {
-    fn should_stop_before(&mut self, ikey: &[u8]) -> bool {
-        let gps = self.spec.grandparents;
+impl<'a> SizeCutter<'a> {
+    /// A cutter for tables of `target_size_bytes` over `grandparents`
+    /// (sorted, disjoint).
+    pub fn new(target_size_bytes: u64, grandparents: &'a [Arc<TableHandle>]) -> Self {
+        SizeCutter {
+            target_size_bytes,
+            grandparents,
+            gp_index: 0,
+            gp_overlap_bytes: 0,
+            gp_seen_key: false,
+        }
+    }
+}
+
+impl Cutter for SizeCutter<'_> {
+    fn cut_before(&mut self, ikey: &[u8], open_bytes: Option<u64>) -> bool {
+        let gps = self.grandparents;
         while self.gp_index < gps.len()
             && compare_internal(ikey, &gps[self.gp_index].meta.largest).is_gt()
         {
@@ -94,25 +135,48 @@ impl<'a, 'e> Outputs<'a, 'e> {
             self.gp_index += 1;
         }
         self.gp_seen_key = true;
+        let Some(open_bytes) = open_bytes else {
+            return false;
+        };
         let limit = self
-            .spec
             .target_size_bytes
             .saturating_mul(MAX_GRANDPARENT_OVERLAP_FACTOR);
         if self.gp_overlap_bytes > limit {
             self.gp_overlap_bytes = 0;
             return true;
         }
-        false
+        open_bytes >= self.target_size_bytes
     }
+}
 
+/// The cutter the options ask for at `spec.level`: vSSTs over the next
+/// level of `env.version` for L1 output when `Options::vsst_enabled`, the
+/// size/grandparent rule otherwise.
+pub fn cutter_for<'a>(env: &'a JobEnv<'_>, spec: &OutputSpec<'a>) -> Box<dyn Cutter + 'a> {
+    if spec.level == 1 && env.opts.vsst_enabled() {
+        let next: &'a [Arc<TableHandle>] = env.version.levels.get(2).map_or(&[], |l| l.as_slice());
+        Box::new(vsst::VsstCutter::new(
+            next,
+            vsst::VsstParams::new(spec.target_size_bytes, env.opts.vlsm_growth_factor),
+        ))
+    } else {
+        Box::new(SizeCutter::new(spec.target_size_bytes, spec.grandparents))
+    }
+}
+
+/// Writes SSTs for a merged stream, cutting where the cutter says.
+struct Outputs<'a, 'e> {
+    env: &'a JobEnv<'e>,
+    cutter: &'a mut dyn Cutter,
+    done: Vec<TableMeta>,
+    cur: Option<(u64, TableBuilder)>,
+}
+
+impl<'a, 'e> Outputs<'a, 'e> {
     fn add(&mut self, ikey: &[u8], value: &[u8], new_user_key: bool) -> Result<()> {
-        let stop_for_gp = self.should_stop_before(ikey);
         if new_user_key {
-            let full = self
-                .cur
-                .as_ref()
-                .is_some_and(|(_, b)| b.estimated_size() >= self.spec.target_size_bytes);
-            if full || (stop_for_gp && self.cur.is_some()) {
+            let open = self.cur.as_ref().map(|(_, b)| b.estimated_size());
+            if self.cutter.cut_before(ikey, open) && self.cur.is_some() {
                 self.finish_current()?;
             }
         }
@@ -193,14 +257,23 @@ pub fn merge_to_ssts(
     input: &mut dyn InternalIterator,
     spec: &OutputSpec<'_>,
 ) -> Result<Vec<TableMeta>> {
+    let mut cutter = cutter_for(env, spec);
+    merge_to_ssts_with(env, input, spec, cutter.as_mut())
+}
+
+/// [`merge_to_ssts`] with an explicit cutting policy (`spec.target_size_bytes`
+/// and `spec.grandparents` are then only the cutter's business).
+pub fn merge_to_ssts_with(
+    env: &JobEnv<'_>,
+    input: &mut dyn InternalIterator,
+    spec: &OutputSpec<'_>,
+    cutter: &mut dyn Cutter,
+) -> Result<Vec<TableMeta>> {
     let mut out = Outputs {
         env,
-        spec,
+        cutter,
         done: Vec::new(),
         cur: None,
-        gp_index: 0,
-        gp_overlap_bytes: 0,
-        gp_seen_key: false,
     };
     match merge_loop(env, input, spec, &mut out) {
         Ok(()) => Ok(out.done),
@@ -248,6 +321,8 @@ fn merge_loop(
         input.next();
     }
     input.status()?;
+    let open = out.cur.as_ref().map(|(_, b)| b.estimated_size());
+    out.cutter.finish(open);
     out.finish_current()?;
     if !out.done.is_empty() {
         env.fs.sync_dir(env.dir)?;

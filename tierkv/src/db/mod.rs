@@ -19,6 +19,11 @@
 //!    `busy`, so pickers never hand one table to two jobs.
 //! 5. Memtables flush in order (oldest first), one at a time; a WAL is
 //!    deleted only after the edit that covers it is durable.
+//! 6. With `Options::regions` > 1 each region (db/region.rs) has its own
+//!    memtables and version; the WAL, the seqnos, the manifest, the busy
+//!    set, the threads and the memtable budget are shared. Flushes take
+//!    the oldest immutable memtable of any region, compactions go round
+//!    robin over the regions' pickers.
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
@@ -45,7 +50,9 @@ use crate::version::{TableContext, Version};
 use crate::wal::{self, FileSink};
 
 pub mod pm;
+pub mod region;
 use pm::PmTier;
+use region::{Regions, Router};
 
 /// Per-write options.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -104,12 +111,17 @@ impl Drop for SnapshotInner {
     }
 }
 
-/// What readers read: the memtables and the version, replaced together.
-struct SuperVersion {
+/// What readers read of one region: its memtables and its version.
+struct RegionView {
     mem: Arc<MemTable>,
     /// Immutable memtables, newest first.
     imms: Vec<Arc<MemTable>>,
     version: Arc<Version>,
+}
+
+/// What readers read: every region's view, replaced together.
+struct SuperVersion {
+    regions: Vec<RegionView>,
 }
 
 /// The WAL being written, on either tier.
@@ -154,9 +166,8 @@ struct Writer {
 
 /// State guarded by the `state` mutex.
 struct State {
-    mem: Arc<MemTable>,
-    /// Immutable memtables, oldest first.
-    imms: VecDeque<Arc<MemTable>>,
+    /// The regions' memtables and the live WALs.
+    mem: Regions,
     busy: HashSet<u64>,
     flushing: bool,
     compactions_running: usize,
@@ -167,6 +178,8 @@ struct State {
     delay_next: Option<Instant>,
     delay_rate_bytes_per_sec: f64,
     last_debt: u64,
+    /// Write-controller verdict and debt for (version-set generation, imm count).
+    control_cache: Option<((u64, usize), WriteControl, u64)>,
 }
 
 struct Inner {
@@ -174,6 +187,7 @@ struct Inner {
     opts: Options,
     fs: Arc<dyn FileSystem>,
     design: Arc<dyn Design>,
+    router: Router,
     versions: VersionSet,
     stats: Arc<StatsRecorder>,
     pm: Option<Arc<PmTier>>,
@@ -243,6 +257,7 @@ impl Db {
             None
         };
         let design = design::build(&options, pm.clone())?;
+        let router = Router::new(&options);
         design.install(&ctx);
         let (versions, recovered) = if exists {
             VersionSet::recover(
@@ -251,6 +266,7 @@ impl Db {
                 Arc::clone(&ctx),
                 Arc::clone(&stats),
                 options.level_count,
+                router.layout(),
             )?
         } else {
             let vs = VersionSet::create(
@@ -259,6 +275,7 @@ impl Db {
                 Arc::clone(&ctx),
                 Arc::clone(&stats),
                 options.level_count,
+                router.layout(),
             )?;
             (vs, Recovered::default())
         };
@@ -284,28 +301,46 @@ impl Db {
             &versions,
             &stats,
             &design,
+            &router,
             pm.as_deref(),
             &recovered,
         )?;
 
-        // A fresh WAL for new writes; the edit makes the replayed ones obsolete.
+        // A fresh WAL for new writes; the edits (one per region, one
+        // manifest record) make the replayed ones obsolete.
         let log_number = versions.new_file_number();
         let (log, pm_wal) = new_log(&options, &fs, &dir, pm.as_deref(), log_number)?;
-        let mut edit = replay.edit;
-        edit.log_number = Some(log_number);
-        if let Some(w) = pm_wal {
-            edit.new_pm_wals.push(w);
+        let mut edits = replay.edits;
+        for e in &mut edits {
+            e.log_number = Some(log_number);
         }
-        edit.deleted_pm_wals = versions
+        if let Some(w) = pm_wal {
+            edits[0].new_pm_wals.push(w);
+        }
+        edits[0].deleted_pm_wals = versions
             .pm_wals()
             .iter()
             .map(|w| w.log_number)
             .filter(|&n| n < log_number)
             .collect();
-        versions.log_and_apply(edit, replay.last_seq)?;
+        versions.log_and_apply_group(edits, replay.last_seq)?;
 
-        let mem = Arc::new(MemTable::new(log_number));
-        let version = versions.current();
+        let mut mem = Regions::new(router.count(), log_number);
+        if pm_wal.is_none() {
+            mem.ssd_wals.push_back(log_number);
+        }
+        let sv = SuperVersion {
+            regions: mem
+                .regions
+                .iter()
+                .zip(versions.current_all())
+                .map(|(r, version)| RegionView {
+                    mem: Arc::clone(&r.mem),
+                    imms: Vec::new(),
+                    version,
+                })
+                .collect(),
+        };
         let inner = Arc::new(Inner {
             dir,
             fs,
@@ -313,8 +348,7 @@ impl Db {
             stats,
             pm,
             state: Mutex::new(State {
-                mem: Arc::clone(&mem),
-                imms: VecDeque::new(),
+                mem,
                 busy: HashSet::new(),
                 flushing: false,
                 compactions_running: 0,
@@ -324,20 +358,18 @@ impl Db {
                 delay_next: None,
                 delay_rate_bytes_per_sec: options.delayed_write_rate_bytes_per_sec as f64,
                 last_debt: 0,
+                control_cache: None,
             }),
             bg_cv: Condvar::new(),
             done_cv: Condvar::new(),
             writers: Mutex::new(VecDeque::new()),
             writers_cv: Condvar::new(),
             log: Mutex::new(log),
-            super_version: RwLock::new(Arc::new(SuperVersion {
-                mem,
-                imms: Vec::new(),
-                version,
-            })),
+            super_version: RwLock::new(Arc::new(sv)),
             last_seq: AtomicU64::new(replay.last_seq),
             snapshots: Arc::new(Mutex::new(BTreeMap::new())),
             opts: options,
+            router,
             versions,
             _lock: lock,
         });
@@ -388,11 +420,12 @@ impl Db {
             Some(s) => s.seqno(),
             None => self.inner.last_seq.load(Ordering::Acquire),
         };
-        let found = match sv.mem.get(key, seq) {
+        let r = &sv.regions[self.inner.router.route(key)];
+        let found = match r.mem.get(key, seq) {
             Some(f) => Some(f),
-            None => match sv.imms.iter().find_map(|m| m.get(key, seq)) {
+            None => match r.imms.iter().find_map(|m| m.get(key, seq)) {
                 Some(f) => Some(f),
-                None => sv.version.get(key, seq)?,
+                None => r.version.get(key, seq)?,
             },
         };
         Ok(found.and_then(|f| match f.kind {
@@ -413,12 +446,19 @@ impl Db {
                 (s.seqno(), s)
             }
         };
+        // One seqno space: the regions' entries merge like one LSM's.
         let mut children: Vec<Box<dyn InternalIterator>> = Vec::with_capacity(8);
-        children.push(Box::new(sv.mem.iter()));
-        for m in &sv.imms {
-            children.push(Box::new(m.iter()));
+        let (lower, upper) = (opts.lower_bound.as_deref(), opts.upper_bound.as_deref());
+        for (i, r) in sv.regions.iter().enumerate() {
+            if !self.inner.router.may_overlap(i, lower, upper) {
+                continue;
+            }
+            children.push(Box::new(r.mem.iter()));
+            for m in &r.imms {
+                children.push(Box::new(m.iter()));
+            }
+            r.version.add_iterators(&mut children, !opts.skip_cache);
         }
-        sv.version.add_iterators(&mut children, !opts.skip_cache);
         let merged = MergingIterator::new(children);
         Ok(DbIterator::new(
             Box::new(merged),
@@ -467,17 +507,61 @@ impl Db {
     }
 
     /// A named property: `tierkv.stats` (a table), `tierkv.levels`,
-    /// `tierkv.num-files-at-level<N>`, `tierkv.last-sequence`,
-    /// `tierkv.design`; `None` for unknown names.
+    /// `tierkv.tables` (one line per table: level, id, tier, size, smallest
+    /// and largest user key; prefixed by `R<region> ` with several
+    /// regions), `tierkv.num-files-at-level<N>`, `tierkv.last-sequence`,
+    /// `tierkv.design`, `tierkv.regions` (one line per region: its tables
+    /// per level); `None` for unknown names. Level counts and sizes are
+    /// totals over the regions.
     pub fn property(&self, name: &str) -> Option<String> {
-        let v = self.inner.versions.current();
+        let vs = self.inner.versions.current_all();
+        let several = vs.len() > 1;
+        let level_count = self.inner.opts.level_count;
+        let level_tables = |l: usize| vs.iter().map(|v| v.levels[l].len()).sum::<usize>();
         match name {
             "tierkv.stats" => Some(self.stats().to_table()),
             "tierkv.levels" => Some(
-                v.levels
-                    .iter()
+                (0..level_count)
+                    .map(|i| {
+                        let bytes: u64 = vs.iter().map(|v| v.level_bytes(i)).sum();
+                        format!("L{i}: {} tables, {bytes} bytes\n", level_tables(i))
+                    })
+                    .collect(),
+            ),
+            "tierkv.tables" => Some(
+                vs.iter()
                     .enumerate()
-                    .map(|(i, l)| format!("L{i}: {} tables, {} bytes\n", l.len(), v.level_bytes(i)))
+                    .flat_map(|(r, v)| {
+                        v.levels
+                            .iter()
+                            .enumerate()
+                            .flat_map(move |(i, l)| l.iter().map(move |t| (r, i, t)))
+                    })
+                    .map(|(r, i, t)| {
+                        format!(
+                            "{}L{i} #{} {} {} {:?} {:?}\n",
+                            if several {
+                                format!("R{r} ")
+                            } else {
+                                String::new()
+                            },
+                            t.meta.id,
+                            t.meta.tier.name(),
+                            t.meta.size_bytes,
+                            String::from_utf8_lossy(t.smallest_user_key()),
+                            String::from_utf8_lossy(t.largest_user_key())
+                        )
+                    })
+                    .collect(),
+            ),
+            "tierkv.regions" => Some(
+                vs.iter()
+                    .enumerate()
+                    .map(|(r, v)| {
+                        let shape: Vec<String> =
+                            v.levels.iter().map(|l| l.len().to_string()).collect();
+                        format!("R{r}: {}\n", shape.join(" "))
+                    })
                     .collect(),
             ),
             "tierkv.last-sequence" => Some(self.last_sequence().to_string()),
@@ -485,7 +569,7 @@ impl Db {
             _ => {
                 let n = name.strip_prefix("tierkv.num-files-at-level")?;
                 let level: usize = n.parse().ok()?;
-                Some(v.levels.get(level)?.len().to_string())
+                (level < level_count).then(|| level_tables(level).to_string())
             }
         }
     }
@@ -573,7 +657,8 @@ fn new_log(
 
 /// Result of WAL replay at open.
 struct Replay {
-    edit: VersionEdit,
+    /// One edit per region (region order) adding the replayed tables.
+    edits: Vec<VersionEdit>,
     last_seq: SeqNo,
 }
 
@@ -586,10 +671,13 @@ impl Replay {
         versions: &VersionSet,
         stats: &StatsRecorder,
         design: &Arc<dyn Design>,
+        router: &Router,
         pm: Option<&PmTier>,
         rec: &Recovered,
     ) -> Result<Replay> {
-        // Every WAL not yet covered by tables, in order: SSD files and PM logs.
+        // Every WAL not yet covered by tables, in order: SSD files and PM
+        // logs. (Files below the newest may be missing: the engine deletes
+        // a WAL once no region has unflushed records in it.)
         let mut logs: Vec<(u64, Option<u64>)> = Vec::new();
         for name in fs.list(dir)? {
             if let Some(n) = name
@@ -607,13 +695,24 @@ impl Replay {
             }
         }
         logs.sort_unstable();
+        let regions = router.count();
         let mut last_seq = rec.last_seqno;
-        let mut edit = VersionEdit::default();
-        let mut mem = Arc::new(MemTable::new(0));
-        // Replayed memtables become tables that the caller's edit adds in
-        // one step together with the new log number, so a crash during
+        let mut edits: Vec<VersionEdit> = (0..regions)
+            .map(|r| VersionEdit {
+                region: r as u32,
+                ..Default::default()
+            })
+            .collect();
+        let mut mems: Vec<Arc<MemTable>> =
+            (0..regions).map(|_| Arc::new(MemTable::new(0))).collect();
+        // Replayed memtables become tables that the caller's edits add in
+        // one record together with the new log numbers, so a crash during
         // replay replays the same WALs again instead of duplicating them.
-        let flush = |mem: &Arc<MemTable>, edit: &mut VersionEdit, last_seq: SeqNo| -> Result<()> {
+        let flush = |region: usize,
+                     mem: &Arc<MemTable>,
+                     edit: &mut VersionEdit,
+                     last_seq: SeqNo|
+         -> Result<()> {
             let env = JobEnv {
                 opts,
                 fs,
@@ -621,7 +720,7 @@ impl Replay {
                 versions,
                 stats,
                 smallest_snapshot: last_seq,
-                version: versions.current(),
+                version: versions.current_in(region),
             };
             let start = Instant::now();
             let e = design.flush(&env, mem)?;
@@ -634,11 +733,31 @@ impl Replay {
             let mut apply = |record: Vec<u8>, source: &str, offset: u64| -> Result<()> {
                 let batch = WriteBatch::decode(record, source, offset)?;
                 let end = batch.seqno() + u64::from(batch.count()).saturating_sub(1);
-                mem.apply(&batch)?;
+                if regions == 1 {
+                    mems[0].apply(&batch)?;
+                } else {
+                    // A region skips its records below its log number: they
+                    // are in its tables already.
+                    for (seq, r) in (batch.seqno()..).zip(batch.iter()) {
+                        let (kind, k, v) = r?;
+                        let region = router.route(k);
+                        if n >= rec.region_log_numbers.get(region).copied().unwrap_or(0) {
+                            mems[region].add(seq, kind, k, v);
+                        }
+                    }
+                }
                 last_seq = last_seq.max(end);
-                if mem.size_bytes() >= opts.memtable_size_bytes {
-                    flush(&mem, &mut edit, last_seq)?;
-                    mem = Arc::new(MemTable::new(0));
+                // The memtable budget as at run time: flush the largest
+                // region when the total is full.
+                let total: usize = mems.iter().map(|m| m.size_bytes()).sum();
+                if total >= opts.memtable_size_bytes {
+                    let (region, _) = mems
+                        .iter()
+                        .enumerate()
+                        .max_by_key(|(i, m)| (m.size_bytes(), std::cmp::Reverse(*i)))
+                        .unwrap_or((0, &mems[0]));
+                    flush(region, &mems[region], &mut edits[region], last_seq)?;
+                    mems[region] = Arc::new(MemTable::new(0));
                 }
                 Ok(())
             };
@@ -661,10 +780,12 @@ impl Replay {
                 log::warn!("WAL {n}: torn tail at offset {off} dropped (never acknowledged)");
             }
         }
-        if !mem.is_empty() {
-            flush(&mem, &mut edit, last_seq)?;
+        for (region, mem) in mems.iter().enumerate() {
+            if !mem.is_empty() {
+                flush(region, mem, &mut edits[region], last_seq)?;
+            }
         }
-        Ok(Replay { edit, last_seq })
+        Ok(Replay { edits, last_seq })
     }
 }
 
@@ -715,8 +836,10 @@ enum Role {
 }
 
 enum Work {
-    Flush(Arc<MemTable>),
-    Compact(Task),
+    /// Flush region `.0`'s oldest immutable memtable.
+    Flush(usize, Arc<MemTable>),
+    /// Run a task picked from region `.0`'s version.
+    Compact(usize, Task),
 }
 
 impl Inner {
@@ -727,9 +850,17 @@ impl Inner {
     /// Rebuilds the super version from the state. REQUIRES: `state` locked.
     fn install_super_version(&self, st: &State) {
         let sv = SuperVersion {
-            mem: Arc::clone(&st.mem),
-            imms: st.imms.iter().rev().cloned().collect(),
-            version: self.versions.current(),
+            regions: st
+                .mem
+                .regions
+                .iter()
+                .zip(self.versions.current_all())
+                .map(|(r, version)| RegionView {
+                    mem: Arc::clone(&r.mem),
+                    imms: r.imms.iter().rev().cloned().collect(),
+                    version,
+                })
+                .collect(),
         };
         *self.super_version.write() = Arc::new(sv);
     }
@@ -845,7 +976,9 @@ impl Inner {
             return Err(Error::InvalidArgument("sequence numbers exhausted".into()));
         }
         batch.set_seqno(first);
-        let mem = Arc::clone(&self.state.lock().mem);
+        // Only the leader switches memtables, so the super version holds
+        // the current ones.
+        let sv = self.super_version();
         {
             let mut log = self.log.lock();
             let before = log.bytes_written();
@@ -872,7 +1005,14 @@ impl Inner {
                 return Err(e);
             }
         }
-        mem.apply(&batch)?;
+        if let [one] = sv.regions.as_slice() {
+            one.mem.apply(&batch)?;
+        } else {
+            for (seq, r) in (first..).zip(batch.iter()) {
+                let (kind, k, v) = r?;
+                sv.regions[self.router.route(k)].mem.add(seq, kind, k, v);
+            }
+        }
         self.stats.user_ops.fetch_add(count, Ordering::Relaxed);
         self.stats
             .user_bytes
@@ -891,6 +1031,26 @@ impl Inner {
         self.done_cv.notify_all();
     }
 
+    /// The strictest region's verdict and the total debt. REQUIRES: `state`
+    /// locked.
+    fn write_control(&self, st: &State) -> (WriteControl, u64) {
+        let rank = |c: &WriteControl| match c {
+            WriteControl::Proceed => 0,
+            WriteControl::Delay(_) => 1,
+            WriteControl::Stop(_) => 2,
+        };
+        let mut verdict = WriteControl::Proceed;
+        let mut debt = 0u64;
+        for (v, r) in self.versions.current_all().iter().zip(&st.mem.regions) {
+            let c = self.design.write_control(v, r.imms.len());
+            if rank(&c) > rank(&verdict) {
+                verdict = c;
+            }
+            debt = debt.saturating_add(self.design.debt(v));
+        }
+        (verdict, debt)
+    }
+
     /// Leader only: waits out stalls and switches to a new memtable when the
     /// current one is full (or `force` and non-empty).
     fn make_room_for_write(&self, bytes: usize, force: bool) -> Result<()> {
@@ -903,10 +1063,18 @@ impl Inner {
             if st.shutting_down {
                 return Err(Error::Closed);
             }
-            let v = self.versions.current();
-            let control = self.design.write_control(&v, st.imms.len());
+            // The verdict depends only on the versions and the memtable
+            // backlog: compute it once per change, not once per write.
+            let key = (self.versions.generation(), st.mem.imm_count());
+            let (control, debt) = match st.control_cache {
+                Some((k, c, d)) if k == key => (c, d),
+                _ => {
+                    let (c, d) = self.write_control(&st);
+                    st.control_cache = Some((key, c, d));
+                    (c, d)
+                }
+            };
             // RocksDB's delayed write rate: slower while debt grows, faster as it shrinks.
-            let debt = self.design.debt(&v);
             match control {
                 WriteControl::Delay(_) => {
                     let max = self.opts.delayed_write_rate_bytes_per_sec as f64;
@@ -922,8 +1090,7 @@ impl Inner {
                 _ => st.delay_next = None,
             }
             st.last_debt = debt;
-            let mem_full = st.mem.size_bytes() >= self.opts.memtable_size_bytes
-                || (force && !st.mem.is_empty());
+            let mem_full = st.mem.mutable_full(&self.opts) || (force && st.mem.any_mutable_data());
             match control {
                 WriteControl::Delay(cause) if !delayed && !force => {
                     delayed = true;
@@ -951,11 +1118,17 @@ impl Inner {
             if !mem_full {
                 return Ok(());
             }
-            if st.imms.len() + 1 >= self.opts.memtable_count_max {
+            if st.mem.imms_full(&self.opts) {
                 let start = Instant::now();
+                let cause = self
+                    .versions
+                    .current_all()
+                    .iter()
+                    .find_map(|v| self.design.flush_blocked(v))
+                    .unwrap_or(StallCause::MemtableFull);
                 self.bg_cv.notify_all();
                 self.done_cv.wait_for(&mut st, Duration::from_millis(100));
-                self.stats.record_stall(start, StallCause::MemtableFull);
+                self.stats.record_stall(start, cause);
                 continue;
             }
             // Switch: the old WAL is synced so recovery always sees a prefix
@@ -979,8 +1152,10 @@ impl Inner {
                 }
                 *old = log;
             }
-            let old_mem = std::mem::replace(&mut st.mem, Arc::new(MemTable::new(n)));
-            st.imms.push_back(old_mem);
+            if pm_wal.is_none() {
+                st.mem.ssd_wals.push_back(n);
+            }
+            st.mem.switch(n, force);
             self.install_super_version(&st);
             self.bg_cv.notify_all();
             return Ok(());
@@ -992,7 +1167,7 @@ impl Inner {
     fn flush_all(&self) -> Result<()> {
         self.write(None, false, true)?;
         let mut st = self.state.lock();
-        while !st.imms.is_empty() {
+        while !st.mem.no_imms() {
             if let Some(e) = &st.bg_error {
                 return Err(Error::Background(e.to_string()));
             }
@@ -1006,6 +1181,13 @@ impl Inner {
     }
 
     fn compact_range(&self, lo: Option<&[u8]>, hi: Option<&[u8]>) -> Result<()> {
+        for region in 0..self.router.count() {
+            self.compact_range_in(region, lo, hi)?;
+        }
+        Ok(())
+    }
+
+    fn compact_range_in(&self, region: usize, lo: Option<&[u8]>, hi: Option<&[u8]>) -> Result<()> {
         let levels = self.opts.level_count;
         for level in 0..levels - 1 {
             loop {
@@ -1016,7 +1198,7 @@ impl Inner {
                 if st.shutting_down {
                     return Err(Error::Closed);
                 }
-                let v = self.versions.current();
+                let v = self.versions.current_in(region);
                 if v.overlapping(level, lo, hi).is_empty() {
                     break;
                 }
@@ -1028,7 +1210,7 @@ impl Inner {
                 st.busy.extend(task.input_ids());
                 st.manual_running = true;
                 drop(st);
-                let r = self.run_compaction(&task, v);
+                let r = self.run_compaction(region, &task, v);
                 let mut st = self.state.lock();
                 for id in task.input_ids() {
                     st.busy.remove(&id);
@@ -1071,14 +1253,15 @@ impl Inner {
             };
             drop(st);
             match work {
-                Work::Flush(mem) => {
-                    let r = self.run_flush(&mem);
+                Work::Flush(region, mem) => {
+                    let r = self.run_flush(region, &mem);
                     st = self.state.lock();
                     st.flushing = false;
                     match r {
                         Ok(()) => {
-                            if st.imms.front().is_some_and(|m| Arc::ptr_eq(m, &mem)) {
-                                st.imms.pop_front();
+                            let imms = &mut st.mem.regions[region].imms;
+                            if imms.front().is_some_and(|m| Arc::ptr_eq(m, &mem)) {
+                                imms.pop_front();
                             }
                             self.install_super_version(&st);
                         }
@@ -1089,9 +1272,9 @@ impl Inner {
                         }
                     }
                 }
-                Work::Compact(task) => {
-                    let v = self.versions.current();
-                    let r = self.run_compaction(&task, v);
+                Work::Compact(region, task) => {
+                    let v = self.versions.current_in(region);
+                    let r = self.run_compaction(region, &task, v);
                     st = self.state.lock();
                     for id in task.input_ids() {
                         st.busy.remove(&id);
@@ -1118,52 +1301,82 @@ impl Inner {
     /// Picks the next job for a thread of `role`. REQUIRES: `state` locked.
     fn next_work(&self, st: &mut State, role: Role) -> Option<Work> {
         if role != Role::Compaction && !st.flushing {
-            if let Some(m) = st.imms.front() {
-                st.flushing = true;
-                return Some(Work::Flush(Arc::clone(m)));
+            // The design may hold flushes back while its flush target is
+            // full (vLSM's L0 queue); compactions below make room.
+            let region = st.mem.flush_candidate(|r| {
+                self.design
+                    .flush_blocked(&self.versions.current_in(r))
+                    .is_none()
+            });
+            if let Some(r) = region {
+                if let Some(m) = st.mem.regions[r].imms.front() {
+                    let m = Arc::clone(m);
+                    st.flushing = true;
+                    return Some(Work::Flush(r, m));
+                }
             }
         }
         if role != Role::Flush && !st.manual_running {
-            let v = self.versions.current();
-            if let Some(task) = self.design.pick(&v, &st.busy) {
-                st.busy.extend(task.input_ids());
-                st.compactions_running += 1;
-                return Some(Work::Compact(task));
+            // Round robin: every region's picker gets its turn.
+            let n = self.router.count();
+            let start = st.mem.next_pick;
+            for i in 0..n {
+                let region = (start + i) % n;
+                let v = self.versions.current_in(region);
+                if let Some(task) = self.design.pick(&v, &st.busy) {
+                    st.busy.extend(task.input_ids());
+                    st.compactions_running += 1;
+                    st.mem.next_pick = (region + 1) % n;
+                    return Some(Work::Compact(region, task));
+                }
             }
         }
         None
     }
 
-    fn run_flush(&self, mem: &Arc<MemTable>) -> Result<()> {
+    /// Flushes `mem`, the oldest immutable memtable of `region`.
+    fn run_flush(&self, region: usize, mem: &Arc<MemTable>) -> Result<()> {
         let start = Instant::now();
         self.design.prepare_flush(mem)?;
-        let env = self.job_env(self.versions.current());
+        let env = self.job_env(self.versions.current_in(region));
         let mut edit = self.design.flush(&env, mem)?;
         let out: u64 = edit.new_tables.iter().map(|(_, m)| m.size_bytes).sum();
-        // Every WAL up to this memtable's is now covered by tables.
-        edit.log_number = Some(mem.log_number() + 1);
-        let pm_log = self
+        // The region's records below its next memtable's WAL are now in
+        // tables; WALs below the bound hold no unflushed record of any
+        // region. (Flushes run one at a time, and memtables created later
+        // only raise the bound.)
+        let (next_log, bound) = {
+            let st = self.state.lock();
+            (st.mem.next_log_number(region), st.mem.wal_bound(region))
+        };
+        edit.region = region as u32;
+        edit.log_number = Some(next_log);
+        let pm_logs: Vec<_> = self
             .versions
             .pm_wals()
             .into_iter()
-            .find(|w| w.log_number == mem.log_number());
-        if let Some(w) = pm_log {
-            edit.deleted_pm_wals.push(w.log_number);
-        }
+            .filter(|w| w.log_number < bound)
+            .collect();
+        edit.deleted_pm_wals
+            .extend(pm_logs.iter().map(|w| w.log_number));
         let tier = flush_tier_of(&edit, self.flush_tier());
         self.versions
             .log_and_apply(edit, self.last_seq.load(Ordering::Acquire))?;
         self.stats.record_flush(start, out, tier);
-        // The WAL is obsolete only now that the edit is durable.
-        match pm_log {
-            Some(w) => {
-                if let Some(pm) = &self.pm {
-                    pm.free_log(w.first_extent)?;
-                }
+        // The WALs are obsolete only now that the edit is durable.
+        if let Some(pm) = &self.pm {
+            for w in &pm_logs {
+                pm.free_log(w.first_extent)?;
             }
-            None => {
-                let _ = self.fs.remove(&self.dir.join(wal_name(mem.log_number())));
-            }
+        }
+        let ssd_logs: Vec<u64> = {
+            let mut st = self.state.lock();
+            let wals = &mut st.mem.ssd_wals;
+            let keep = wals.iter().position(|&n| n >= bound).unwrap_or(wals.len());
+            wals.drain(..keep).collect()
+        };
+        for n in ssd_logs {
+            let _ = self.fs.remove(&self.dir.join(wal_name(n)));
         }
         Ok(())
     }
@@ -1176,10 +1389,11 @@ impl Inner {
         }
     }
 
-    fn run_compaction(&self, task: &Task, v: Arc<Version>) -> Result<()> {
+    fn run_compaction(&self, region: usize, task: &Task, v: Arc<Version>) -> Result<()> {
         let start = Instant::now();
         let env = self.job_env(v);
-        let edit = self.design.run(&env, task)?;
+        let mut edit = self.design.run(&env, task)?;
+        edit.region = region as u32;
         let output_bytes: u64 = if task.kind == design::TaskKind::TrivialMove {
             0
         } else {
@@ -1229,8 +1443,12 @@ impl Inner {
     /// number, and leftover temporary files.
     fn remove_obsolete_files(&self) -> Result<()> {
         self.release_obsolete();
-        let v = self.versions.current();
-        let live: HashSet<u64> = v.table_ids().collect();
+        let live: HashSet<u64> = self
+            .versions
+            .current_all()
+            .iter()
+            .flat_map(|v| v.table_ids().collect::<Vec<_>>())
+            .collect();
         let log_number = self.versions.log_number();
         for name in self.fs.list(&self.dir)? {
             let remove = if let Some(n) = name
@@ -1254,7 +1472,12 @@ impl Inner {
     }
 
     fn stats_snapshot(&self) -> Stats {
-        let v = self.versions.current();
-        self.stats.snapshot(v.shape())
+        let shapes: Vec<Vec<crate::stats::LevelShape>> = self
+            .versions
+            .current_all()
+            .iter()
+            .map(|v| v.shape())
+            .collect();
+        self.stats.snapshot_regions(shapes)
     }
 }

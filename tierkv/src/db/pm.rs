@@ -138,9 +138,10 @@ impl PmTier {
     /// Rebuilds the allocator's bitmap from what the manifest references.
     pub fn reconcile(&self, versions: &VersionSet) -> Result<()> {
         let mut live: Vec<PageRun> = Vec::new();
-        let v = versions.current();
-        for t in v.levels.iter().flatten() {
-            live.extend(t.meta.pm_pages.iter().copied());
+        for v in versions.current_all() {
+            for t in v.levels.iter().flatten() {
+                live.extend(t.meta.pm_pages.iter().copied());
+            }
         }
         for w in versions.pm_wals() {
             for (offset, len) in PmLog::extents(self.region.as_ref(), w.first_extent)? {

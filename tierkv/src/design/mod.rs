@@ -13,6 +13,7 @@
 pub mod classic;
 pub mod matrix;
 pub mod triangle;
+pub mod vlsm;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -141,6 +142,16 @@ pub trait Design: Send + Sync {
     /// immutable memtables waiting to be flushed.
     fn write_control(&self, v: &Version, immutable_count: usize) -> WriteControl;
 
+    /// Whether the flush target is full. `None` (the default): flush now.
+    /// `Some(cause)`: the engine holds immutable memtables back until
+    /// background work makes room (it keeps asking the picker), and writers
+    /// that then find every memtable full are recorded as stalled for
+    /// `cause` instead of `MemtableFull` (vLSM: a full L0 queue).
+    fn flush_blocked(&self, v: &Version) -> Option<StallCause> {
+        let _ = v;
+        None
+    }
+
     /// Called once at open, before recovery reads any table: a PM design
     /// registers how its PM tables are opened
     /// (`ctx.pm_opener`). The default does nothing.
@@ -175,8 +186,9 @@ pub fn build(opts: &Options, pm: Option<Arc<PmTier>>) -> Result<Arc<dyn Design>>
         Preset::Classic => Ok(Arc::new(classic::Classic::new(opts))),
         Preset::Triangle => Ok(Arc::new(triangle::Triangle::new(opts, need_pm(pm)?)?)),
         Preset::Matrix => Ok(Arc::new(matrix::Matrix::new(opts, need_pm(pm)?)?)),
+        Preset::Vlsm => Ok(Arc::new(vlsm::Vlsm::new(opts))),
         other => Err(crate::Error::InvalidOptions(format!(
-            "design `{other}` is not available in this build of tierkv (available: classic, matrix, triangle)"
+            "design `{other}` is not available in this build of tierkv (available: classic, matrix, triangle, vlsm)"
         ))),
     }
 }

@@ -19,6 +19,9 @@
 //!  7   new_pm_wal          varint log_number, varint first_extent
 //!  8   deleted_pm_wal      varint log_number
 //!  9   design_record       varint design tag, varint len, bytes
+//! 10   region              varint region id (< REGION_LIMIT): starts a
+//!                          region section (below)
+//! 11   region_layout       varint count, varint n, n × (varint len, key)
 //!  tags with bit 0x2000 set: varint len, bytes — skipped by a reader that
 //!  does not know the tag (safe-to-ignore); any other unknown tag is
 //!  corruption.
@@ -37,6 +40,28 @@
 //!
 //! Worked example: `log_number = 7, next_file_number = 300` encodes as
 //! `01 07 02 ac 02`.
+//!
+//! # Regions
+//!
+//! A database with `Options::regions` = N > 1 keeps N LSMs in one manifest.
+//! An edit belongs to one region ([`VersionEdit::region`]); its tables,
+//! cursors, design records and `log_number` are that region's. A manifest
+//! record holds one *group* of edits applied atomically (a flush, or the
+//! replay at open that adds tables to every region at once): the group's
+//! encodings are concatenated, and every edit but a leading region-0 one
+//! starts with tag 10. So tag 10 as the first field sets the region of the
+//! first edit, and anywhere else starts the next edit of the group. A
+//! record without tag 10 is one region-0 edit, byte for byte the encoding
+//! of a database without regions.
+//!
+//! `region_layout` (snapshot records of databases with N > 1 only) records
+//! how keys are routed, so that opening with other settings is refused:
+//! N, then the N − 1 range boundaries (n = 0: hash routing).
+//!
+//! ```text
+//! group [region 0: log 9] [region 2: deleted table L0 #14]:
+//!   01 09 | 0a 02 05 00 0e
+//! ```
 //!
 //! # CURRENT
 //!
@@ -161,7 +186,24 @@ pub struct VersionEdit {
     /// Design-specific state (e.g. consumed key ranges of a RowTable):
     /// `(tag, bytes)`, opaque to the version set, interpreted by the design.
     pub design_records: Vec<(u32, Vec<u8>)>,
+    /// The region (LSM) the edit changes; 0 without regions.
+    pub region: u32,
+    /// How keys are routed to regions (snapshots of databases with more
+    /// than one region).
+    pub region_layout: Option<RegionLayout>,
 }
+
+/// How a database splits its keys into regions (recorded in the manifest).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RegionLayout {
+    /// Number of regions.
+    pub count: u32,
+    /// The `count - 1` sorted split keys of range routing; empty: hash routing.
+    pub boundaries: Vec<Vec<u8>>,
+}
+
+/// Region ids are below this (`Options::regions` is at most 256).
+pub const REGION_LIMIT: u32 = 256;
 
 /// Levels recorded in a manifest are below this.
 pub const LEVEL_LIMIT: u32 = 64;
@@ -180,6 +222,8 @@ mod tag {
     pub const NEW_PM_WAL: u64 = 7;
     pub const DELETED_PM_WAL: u64 = 8;
     pub const DESIGN_RECORD: u64 = 9;
+    pub const REGION: u64 = 10;
+    pub const REGION_LAYOUT: u64 = 11;
 }
 
 fn tier_to_u8(t: Tier) -> u8 {
@@ -252,6 +296,30 @@ impl VersionEdit {
     /// Requires every level below [`LEVEL_LIMIT`] and every new table
     /// [`TableMeta::is_encodable`].
     pub fn encode(&self, dst: &mut Vec<u8>) {
+        if self.region != 0 {
+            self.encode_region(dst);
+        }
+        self.encode_fields(dst);
+    }
+
+    /// Appends the encoding of a group of edits applied atomically (one
+    /// manifest record; see "Regions" in the module docs).
+    pub fn encode_group(edits: &[VersionEdit], dst: &mut Vec<u8>) {
+        for (i, e) in edits.iter().enumerate() {
+            if i > 0 || e.region != 0 {
+                e.encode_region(dst);
+            }
+            e.encode_fields(dst);
+        }
+    }
+
+    fn encode_region(&self, dst: &mut Vec<u8>) {
+        debug_assert!(self.region < REGION_LIMIT);
+        put_varint(dst, tag::REGION);
+        put_varint(dst, u64::from(self.region));
+    }
+
+    fn encode_fields(&self, dst: &mut Vec<u8>) {
         if let Some(v) = self.log_number {
             put_varint(dst, tag::LOG_NUMBER);
             put_varint(dst, v);
@@ -302,13 +370,42 @@ impl VersionEdit {
             put_varint(dst, u64::from(*t));
             put_length_prefixed(dst, bytes);
         }
+        if let Some(l) = &self.region_layout {
+            debug_assert!((1..=REGION_LIMIT).contains(&l.count));
+            put_varint(dst, tag::REGION_LAYOUT);
+            put_varint(dst, u64::from(l.count));
+            put_varint(dst, l.boundaries.len() as u64);
+            for b in &l.boundaries {
+                put_length_prefixed(dst, b);
+            }
+        }
     }
 
     /// Decodes an edit. `source` and `offset` (the MANIFEST path and the
     /// record's offset in it) name the record in the `Error::Corruption`
     /// any malformed input yields; this never panics.
+    /// A record holding a group of several edits is corruption here: the
+    /// manifest reader uses [`VersionEdit::decode_group`].
     pub fn decode(src: &[u8], source: &str, offset: u64) -> Result<VersionEdit> {
+        let mut group = Self::decode_group(src, source, offset)?;
+        if group.len() != 1 {
+            return Err(Error::corruption(
+                source,
+                offset,
+                format!(
+                    "version edit: the record holds a group of {} edits",
+                    group.len()
+                ),
+            ));
+        }
+        Ok(group.pop().unwrap_or_default())
+    }
+
+    /// Decodes a manifest record: a group of edits, in order (one edit for
+    /// a record without region sections). Errors as [`VersionEdit::decode`].
+    pub fn decode_group(src: &[u8], source: &str, offset: u64) -> Result<Vec<VersionEdit>> {
         let mut r = Reader::new(src);
+        let mut group = Vec::new();
         let mut e = VersionEdit::default();
         while !r.is_empty() {
             let field_at = r.pos();
@@ -384,13 +481,44 @@ impl VersionEdit {
                     let bytes = r.length_prefixed().ok_or_else(truncated)?;
                     e.design_records.push((dt, bytes.to_vec()));
                 }
+                tag::REGION => {
+                    let region = r.varint32().ok_or_else(truncated)?;
+                    if region >= REGION_LIMIT {
+                        return Err(bad(format!("region {region} is not below {REGION_LIMIT}")));
+                    }
+                    if field_at != 0 {
+                        group.push(std::mem::take(&mut e));
+                    }
+                    e.region = region;
+                }
+                tag::REGION_LAYOUT => {
+                    let count = r.varint32().ok_or_else(truncated)?;
+                    if !(1..=REGION_LIMIT).contains(&count) {
+                        return Err(bad(format!(
+                            "region count {count} is not in 1..={REGION_LIMIT}"
+                        )));
+                    }
+                    let n = r.varint().ok_or_else(truncated)?;
+                    if n != 0 && n != u64::from(count) - 1 {
+                        return Err(bad(format!("{n} region boundaries for {count} regions")));
+                    }
+                    let mut boundaries = Vec::with_capacity(n as usize);
+                    for _ in 0..n {
+                        boundaries.push(r.length_prefixed().ok_or_else(truncated)?.to_vec());
+                    }
+                    if e.region_layout.is_some() {
+                        return Err(bad("region_layout appears twice".to_string()));
+                    }
+                    e.region_layout = Some(RegionLayout { count, boundaries });
+                }
                 t if t & TAG_SAFE_TO_IGNORE != 0 => {
                     r.length_prefixed().ok_or_else(truncated)?;
                 }
                 t => return Err(bad(format!("unknown tag {t}"))),
             }
         }
-        Ok(e)
+        group.push(e);
+        Ok(group)
     }
 }
 
@@ -584,7 +712,69 @@ mod tests {
             design_records: (0..n(rng))
                 .map(|_| (rng.gen(), random_bytes(rng, 50)))
                 .collect(),
+            region: if rng.gen_bool(0.5) {
+                0
+            } else {
+                rng.gen_range(0..REGION_LIMIT)
+            },
+            region_layout: rng
+                .gen_bool(0.2)
+                .then(|| {
+                    let count = rng.gen_range(1..=REGION_LIMIT);
+                    let n = if rng.gen_bool(0.5) {
+                        0
+                    } else {
+                        count as usize - 1
+                    };
+                    RegionLayout {
+                        count,
+                        boundaries: (0..n.min(5)).map(|_| random_bytes(rng, 8)).collect(),
+                    }
+                })
+                .filter(|l| l.boundaries.is_empty() || l.boundaries.len() as u32 == l.count - 1),
         }
+    }
+
+    #[test]
+    fn region_group_worked_example_and_roundtrip() {
+        let group = vec![
+            VersionEdit {
+                log_number: Some(9),
+                ..Default::default()
+            },
+            VersionEdit {
+                region: 2,
+                deleted_tables: vec![(0, 14)],
+                ..Default::default()
+            },
+        ];
+        let mut b = Vec::new();
+        VersionEdit::encode_group(&group, &mut b);
+        assert_eq!(b, [0x01, 0x09, 0x0a, 0x02, 0x05, 0x00, 0x0e]);
+        assert_eq!(VersionEdit::decode_group(&b, "m", 0).unwrap(), group);
+        // A group is not a single edit.
+        assert!(VersionEdit::decode(&b, "m", 0)
+            .unwrap_err()
+            .to_string()
+            .contains("group of 2"));
+        // Random groups round-trip, whatever their regions.
+        let mut rng = SmallRng::seed_from_u64(99);
+        for _ in 0..300 {
+            let group: Vec<VersionEdit> = (0..rng.gen_range(1..5))
+                .map(|_| random_edit(&mut rng))
+                .collect();
+            let mut b = Vec::new();
+            VersionEdit::encode_group(&group, &mut b);
+            assert_eq!(VersionEdit::decode_group(&b, "m", 0).unwrap(), group);
+        }
+        // A region-0 edit without layout encodes as it always did.
+        let mut one = Vec::new();
+        group[0].encode(&mut one);
+        assert_eq!(one, [0x01, 0x09]);
+        // Regions beyond the limit are corruption.
+        assert!(VersionEdit::decode(&[0x0a, 0x80, 0x02], "m", 0)
+            .unwrap_err()
+            .is_corruption());
     }
 
     #[test]

@@ -241,6 +241,8 @@ pub struct Version {
     pub design_state: std::collections::BTreeMap<u32, Vec<u8>>,
     /// Per level, a design's reader for the whole level (invariant 4).
     pub level_views: Vec<Option<Arc<dyn TableReader>>>,
+    /// Counts the edits applied since open: tells versions apart cheaply.
+    pub generation: u64,
 }
 
 impl Version {
@@ -251,6 +253,7 @@ impl Version {
             compact_cursors: vec![Vec::new(); level_count],
             design_state: Default::default(),
             level_views: vec![None; level_count],
+            generation: 0,
         }
     }
 
@@ -372,6 +375,7 @@ impl Version {
     /// re-added are marked obsolete (released when their last reference goes).
     pub fn apply(&self, e: &VersionEdit, ctx: &Arc<TableContext>) -> Result<Version> {
         let mut v = self.clone();
+        v.generation += 1;
         let mut removed: Vec<Arc<TableHandle>> = Vec::new();
         for &(level, id) in &e.deleted_tables {
             let level = level as usize;

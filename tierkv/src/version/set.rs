@@ -11,6 +11,10 @@
 //! ```
 //! (docs/format/manifest.md has the byte layouts.)
 //!
+//! Regions (`Options::regions` = N): the set holds one current version and
+//! one log number per region; an edit names its region and a group of
+//! edits (one manifest record) changes several regions atomically.
+//!
 //! Concurrency contract: `log_and_apply` is serialized by an internal
 //! mutex; `current()` is a cheap `Arc` clone under a short read lock; file
 //! numbers come from an atomic counter.
@@ -29,7 +33,9 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
-use super::edit::{decode_current, encode_current, manifest_file_name, PmWal, VersionEdit};
+use super::edit::{
+    decode_current, encode_current, manifest_file_name, PmWal, RegionLayout, VersionEdit,
+};
 use super::{TableContext, Version};
 use crate::error::{Error, Result};
 use crate::key::SeqNo;
@@ -53,8 +59,11 @@ struct Manifest {
 /// What recovery found besides the version.
 #[derive(Debug, Clone, Default)]
 pub struct Recovered {
-    /// WALs numbered below this hold nothing that is not in tables.
+    /// WALs numbered below this hold nothing that is not in tables (the
+    /// smallest of the regions' log numbers).
     pub log_number: u64,
+    /// Per region: its records in WALs numbered below this are in its tables.
+    pub region_log_numbers: Vec<u64>,
     /// The last seqno the manifest knows of.
     pub last_seqno: SeqNo,
     /// PM WALs still live.
@@ -67,11 +76,34 @@ pub struct VersionSet {
     dir: PathBuf,
     ctx: Arc<TableContext>,
     stats: Arc<StatsRecorder>,
-    current: RwLock<Arc<Version>>,
+    /// One current version per region.
+    current: RwLock<Vec<Arc<Version>>>,
     next_file_number: AtomicU64,
     manifest: Mutex<Option<Manifest>>,
-    log_number: AtomicU64,
+    /// One log number per region.
+    log_numbers: Mutex<Vec<u64>>,
     pm_wals: Mutex<Vec<PmWal>>,
+    layout: RegionLayout,
+    /// Counts every applied group: changes whenever any region's version does.
+    generation: AtomicU64,
+}
+
+/// The layout a manifest without one describes: a single region.
+fn single_region() -> RegionLayout {
+    RegionLayout {
+        count: 1,
+        boundaries: Vec::new(),
+    }
+}
+
+fn describe(l: &RegionLayout) -> String {
+    if l.count == 1 {
+        "1 region".to_string()
+    } else if l.boundaries.is_empty() {
+        format!("{} hash-routed regions", l.count)
+    } else {
+        format!("{} regions split at {:?}", l.count, l.boundaries)
+    }
 }
 
 impl VersionSet {
@@ -82,8 +114,13 @@ impl VersionSet {
         ctx: Arc<TableContext>,
         stats: Arc<StatsRecorder>,
         level_count: usize,
+        layout: RegionLayout,
     ) -> Result<VersionSet> {
-        let vs = VersionSet::new(fs, dir, ctx, stats, Version::empty(level_count), 1);
+        debug_assert!(layout.count >= 1);
+        let versions = (0..layout.count)
+            .map(|_| Version::empty(level_count))
+            .collect();
+        let vs = VersionSet::new(fs, dir, ctx, stats, versions, 1, layout);
         vs.write_new_manifest(0)?;
         Ok(vs)
     }
@@ -93,30 +130,35 @@ impl VersionSet {
         dir: &Path,
         ctx: Arc<TableContext>,
         stats: Arc<StatsRecorder>,
-        v: Version,
+        versions: Vec<Version>,
         next_file_number: u64,
+        layout: RegionLayout,
     ) -> VersionSet {
         VersionSet {
             fs,
             dir: dir.to_path_buf(),
             ctx,
             stats,
-            current: RwLock::new(Arc::new(v)),
+            log_numbers: Mutex::new(vec![0; versions.len()]),
+            current: RwLock::new(versions.into_iter().map(Arc::new).collect()),
             next_file_number: AtomicU64::new(next_file_number),
             manifest: Mutex::new(None),
-            log_number: AtomicU64::new(0),
             pm_wals: Mutex::new(Vec::new()),
+            layout,
+            generation: AtomicU64::new(0),
         }
     }
 
     /// Recovers the version from CURRENT and its manifest, then starts a
-    /// fresh manifest holding a snapshot of it.
+    /// fresh manifest holding a snapshot of it. A manifest whose region
+    /// layout differs from `layout` is refused (`InvalidOptions`).
     pub fn recover(
         fs: Arc<dyn FileSystem>,
         dir: &Path,
         ctx: Arc<TableContext>,
         stats: Arc<StatsRecorder>,
         level_count: usize,
+        layout: RegionLayout,
     ) -> Result<(VersionSet, Recovered)> {
         let current_path = dir.join("CURRENT");
         let current = fs.read_all(&current_path)?;
@@ -126,31 +168,60 @@ impl VersionSet {
         let source = manifest_path.display().to_string();
         let mut reader = LogReader::new(FileLog::new(source.clone(), bytes), manifest_number);
 
-        let mut v = Version::empty(level_count);
-        let mut rec = Recovered::default();
+        let regions = layout.count as usize;
+        let mut versions: Vec<Version> =
+            (0..regions).map(|_| Version::empty(level_count)).collect();
+        let mut rec = Recovered {
+            region_log_numbers: vec![0; regions],
+            ..Default::default()
+        };
         let mut next_file = None;
         let mut pm_wals: Vec<PmWal> = Vec::new();
         let mut records = 0u64;
         while let Some(record) = reader.next_record()? {
             records += 1;
             let offset = reader.last_record_offset();
-            let e = VersionEdit::decode(&record, &source, offset)?;
-            v = v.apply(&e, &ctx).map_err(|err| match err {
-                Error::Corruption { what, .. } => Error::corruption(source.clone(), offset, what),
-                other => other,
-            })?;
-            if let Some(n) = e.log_number {
-                rec.log_number = n;
+            let group = VersionEdit::decode_group(&record, &source, offset)?;
+            if records == 1 {
+                // The snapshot record says how the keys were split.
+                let found = group[0].region_layout.clone().unwrap_or_else(single_region);
+                if found != layout {
+                    return Err(Error::InvalidOptions(format!(
+                        "`regions` / `region_boundaries` describe {} but {} holds {}",
+                        describe(&layout),
+                        dir.display(),
+                        describe(&found)
+                    )));
+                }
             }
-            if let Some(n) = e.next_file_number {
-                next_file = Some(n);
+            for e in group {
+                let v = versions.get_mut(e.region as usize).ok_or_else(|| {
+                    Error::corruption(
+                        source.clone(),
+                        offset,
+                        format!("edit names region {} of {regions}", e.region),
+                    )
+                })?;
+                *v = v.apply(&e, &ctx).map_err(|err| match err {
+                    Error::Corruption { what, .. } => {
+                        Error::corruption(source.clone(), offset, what)
+                    }
+                    other => other,
+                })?;
+                if let Some(n) = e.log_number {
+                    rec.region_log_numbers[e.region as usize] = n;
+                }
+                if let Some(n) = e.next_file_number {
+                    next_file = Some(n);
+                }
+                if let Some(s) = e.last_seqno {
+                    rec.last_seqno = s;
+                }
+                pm_wals.extend(e.new_pm_wals.iter().copied());
+                pm_wals.retain(|w| !e.deleted_pm_wals.contains(&w.log_number));
             }
-            if let Some(s) = e.last_seqno {
-                rec.last_seqno = s;
-            }
-            pm_wals.extend(e.new_pm_wals.iter().copied());
-            pm_wals.retain(|w| !e.deleted_pm_wals.contains(&w.log_number));
         }
+        rec.log_number = rec.region_log_numbers.iter().copied().min().unwrap_or(0);
         if records == 0 {
             // A manifest is synced with its snapshot record before CURRENT
             // names it: an empty or torn first record is damage, not a tail.
@@ -170,17 +241,39 @@ impl VersionSet {
         })?;
         let next_file = next_file.max(manifest_number + 1);
         rec.pm_wals = pm_wals.clone();
-        let vs = VersionSet::new(fs, dir, ctx, stats, v, next_file);
-        vs.log_number.store(rec.log_number, Ordering::Relaxed);
+        let vs = VersionSet::new(fs, dir, ctx, stats, versions, next_file, layout);
+        vs.log_numbers
+            .lock()
+            .copy_from_slice(&rec.region_log_numbers);
         *vs.pm_wals.lock() = pm_wals;
         vs.write_new_manifest(rec.last_seqno)?;
         let _ = vs.fs.remove(&manifest_path);
         Ok((vs, rec))
     }
 
-    /// The current version.
+    /// The current version of region 0 (the only one without regions).
     pub fn current(&self) -> Arc<Version> {
-        Arc::clone(&self.current.read())
+        self.current_in(0)
+    }
+
+    /// The current version of `region`. REQUIRES: `region < region_count()`.
+    pub fn current_in(&self, region: usize) -> Arc<Version> {
+        Arc::clone(&self.current.read()[region])
+    }
+
+    /// The current version of every region, in region order.
+    pub fn current_all(&self) -> Vec<Arc<Version>> {
+        self.current.read().clone()
+    }
+
+    /// Number of regions.
+    pub fn region_count(&self) -> usize {
+        self.layout.count as usize
+    }
+
+    /// Changes whenever any region's version changes.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
     /// A fresh file number (WALs, tables, manifests).
@@ -188,9 +281,10 @@ impl VersionSet {
         self.next_file_number.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// The log number recorded last.
+    /// WALs numbered below this are obsolete: the smallest of the regions'
+    /// log numbers.
     pub fn log_number(&self) -> u64 {
-        self.log_number.load(Ordering::Relaxed)
+        self.log_numbers.lock().iter().copied().min().unwrap_or(0)
     }
 
     /// PM WALs the manifest considers live.
@@ -203,37 +297,65 @@ impl VersionSet {
         &self.ctx
     }
 
-    /// Writes `edit` durably to the manifest, then installs the new version.
-    /// `last_seqno` is the engine's last committed seqno.
-    pub fn log_and_apply(&self, mut edit: VersionEdit, last_seqno: SeqNo) -> Result<Arc<Version>> {
+    /// Writes `edit` durably to the manifest, then installs the new version
+    /// of its region (returned). `last_seqno` is the engine's last committed seqno.
+    pub fn log_and_apply(&self, edit: VersionEdit, last_seqno: SeqNo) -> Result<Arc<Version>> {
+        let region = edit.region as usize;
+        self.log_and_apply_group(vec![edit], last_seqno)?;
+        Ok(self.current_in(region))
+    }
+
+    /// Writes a group of edits durably as one manifest record (all or
+    /// nothing after a crash), then installs the new versions of their
+    /// regions. REQUIRES: every edit's region below `region_count()`.
+    pub fn log_and_apply_group(
+        &self,
+        mut edits: Vec<VersionEdit>,
+        last_seqno: SeqNo,
+    ) -> Result<()> {
         let mut guard = self.manifest.lock();
-        edit.next_file_number = Some(self.next_file_number.load(Ordering::Relaxed));
-        edit.last_seqno = Some(last_seqno);
-        let base = self.current();
-        let next = Arc::new(base.apply(&edit, &self.ctx)?);
+        let Some(first) = edits.first_mut() else {
+            return Ok(());
+        };
+        first.next_file_number = Some(self.next_file_number.load(Ordering::Relaxed));
+        first.last_seqno = Some(last_seqno);
+        let mut next = self.current_all();
+        for e in &edits {
+            let v = next.get_mut(e.region as usize).ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "edit for region {} of {}",
+                    e.region, self.layout.count
+                ))
+            })?;
+            *v = Arc::new(v.apply(e, &self.ctx)?);
+        }
         let m = guard.as_mut().ok_or(Error::Closed)?;
         let mut buf = Vec::with_capacity(256);
-        edit.encode(&mut buf);
+        VersionEdit::encode_group(&edits, &mut buf);
         let before = m.writer.bytes_written();
         m.writer.add_record(&buf)?;
         m.writer.sync()?;
         let written = m.writer.bytes_written() - before;
         self.stats.add_written(|w| w.manifest += written);
-        if let Some(n) = edit.log_number {
-            self.log_number.store(n, Ordering::Relaxed);
-        }
         {
+            let mut logs = self.log_numbers.lock();
             let mut pw = self.pm_wals.lock();
-            pw.extend(edit.new_pm_wals.iter().copied());
-            pw.retain(|w| !edit.deleted_pm_wals.contains(&w.log_number));
+            for e in &edits {
+                if let Some(n) = e.log_number {
+                    logs[e.region as usize] = n;
+                }
+                pw.extend(e.new_pm_wals.iter().copied());
+                pw.retain(|w| !e.deleted_pm_wals.contains(&w.log_number));
+            }
         }
-        *self.current.write() = Arc::clone(&next);
+        *self.current.write() = next;
+        self.generation.fetch_add(1, Ordering::AcqRel);
         let rotate = m.writer.bytes_written() > MANIFEST_ROTATE_BYTES;
         drop(guard);
         if rotate {
             self.write_new_manifest(last_seqno)?;
         }
-        Ok(next)
+        Ok(())
     }
 
     /// Starts a new manifest holding a snapshot of the current version and
@@ -244,13 +366,29 @@ impl VersionSet {
         let path = self.dir.join(manifest_file_name(number));
         let file = self.fs.create(&path, WriteHint::default())?;
         let mut writer = LogWriter::new(FileSink(file), number);
-        let mut snap = self.current().snapshot_edit();
-        snap.log_number = Some(self.log_number());
+        // One edit per region, region 0 first with the global fields.
+        let logs = self.log_numbers.lock().clone();
+        let mut group: Vec<VersionEdit> = self
+            .current_all()
+            .iter()
+            .zip(logs)
+            .enumerate()
+            .map(|(region, (v, log))| {
+                let mut e = v.snapshot_edit();
+                e.region = region as u32;
+                e.log_number = Some(log);
+                e
+            })
+            .collect();
+        let snap = &mut group[0];
         snap.next_file_number = Some(self.next_file_number.load(Ordering::Relaxed));
         snap.last_seqno = Some(last_seqno);
         snap.new_pm_wals = self.pm_wals();
+        if self.layout.count > 1 {
+            snap.region_layout = Some(self.layout.clone());
+        }
         let mut buf = Vec::new();
-        snap.encode(&mut buf);
+        VersionEdit::encode_group(&group, &mut buf);
         writer.add_record(&buf)?;
         writer.sync()?;
         self.stats

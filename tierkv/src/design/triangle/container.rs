@@ -627,7 +627,7 @@ impl Config {
     }
 }
 
-/// What flushes since the last version change built (a WAL replay flushes
+/// What the flushes against one version built (a WAL replay flushes
 /// several memtables against one version before any edit is applied).
 #[derive(Default)]
 struct Recent {
@@ -668,7 +668,7 @@ pub struct Container {
     /// Sizes and switches.
     pub cfg: Config,
     rows: Arc<RowCache>,
-    recent: Mutex<Recent>,
+    recent: Mutex<Vec<Recent>>,
     reserved: Mutex<Reservation>,
     /// Leveled compaction below L1.
     pub leveled: Classic,
@@ -686,7 +686,7 @@ impl Container {
             region,
             pm,
             cfg,
-            recent: Mutex::new(Recent::default()),
+            recent: Mutex::new(Vec::new()),
             reserved: Mutex::new(Reservation::default()),
             leveled: Classic::new(opts),
         })
@@ -769,10 +769,9 @@ impl Container {
     /// The L1+ picker on a copy of `v` without its rows.
     pub fn pick_leveled(&self, v: &Version, busy: &HashSet<u64>) -> Option<(f64, Task)> {
         let mut ssd = Version {
-            levels: v.levels.clone(),
-            compact_cursors: v.compact_cursors.clone(),
             design_state: Default::default(),
             level_views: Vec::new(),
+            ..v.clone()
         };
         ssd.levels[0].clear();
         let scores = self.leveled.scores(&ssd, busy);
@@ -856,14 +855,31 @@ impl Container {
 
     fn flush_inner(&self, env: &JobEnv, mem: &Arc<MemTable>) -> Result<VersionEdit> {
         let v = &env.version;
-        let mut recent = self.recent.lock();
-        let same = recent.version.as_ptr() == Arc::as_ptr(v);
-        if !same {
-            *recent = Recent {
-                version: Arc::downgrade(v),
-                ..Recent::default()
-            };
-        }
+        // What earlier flushes against this very version built (several
+        // flushes meet one version only in WAL replay, where regions
+        // interleave); versions no longer alive are forgotten.
+        let mut all = self.recent.lock();
+        all.retain(|r| r.version.strong_count() > 0);
+        let same = match all
+            .iter()
+            .position(|r| r.version.as_ptr() == Arc::as_ptr(v))
+        {
+            Some(i) => {
+                let r = all.remove(i);
+                all.push(r);
+                true
+            }
+            None => {
+                all.push(Recent {
+                    version: Arc::downgrade(v),
+                    ..Recent::default()
+                });
+                false
+            }
+        };
+        let Some(recent) = all.last_mut() else {
+            return Err(Error::InvalidArgument("flush bookkeeping lost".into()));
+        };
         let mut it = mem.iter();
         it.seek_to_first();
         if !it.valid() {

@@ -1,0 +1,130 @@
+//! An in-memory engine (an ordered map behind a lock) for tests and dry runs
+//! of the harness. It can inject one write stall: after N writes, the next
+//! write holds the map's write lock for a fixed time, so every thread waits
+//! — what a RocksDB write stop looks like from outside.
+//!
+//! Concurrency: one `RwLock` over the map; reads share it, writes take it.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use super::{Engine, EngineStats, StallStats};
+use crate::error::{Error, Result};
+
+/// The fake engine.
+pub struct FakeEngine {
+    map: RwLock<BTreeMap<Vec<u8>, Vec<u8>>>,
+    opened: Instant,
+    writes: AtomicU64,
+    written_bytes: AtomicU64,
+    /// `(after_writes, stall_ms)`.
+    stall: Option<(u64, u64)>,
+    stalls: Mutex<Vec<(f64, f64)>>,
+}
+
+impl FakeEngine {
+    /// A new empty engine; `stall` = `(after_writes, ms)` injects one stall.
+    pub fn new(stall: Option<(u64, u64)>) -> FakeEngine {
+        FakeEngine {
+            map: RwLock::new(BTreeMap::new()),
+            opened: Instant::now(),
+            writes: AtomicU64::new(0),
+            written_bytes: AtomicU64::new(0),
+            stall,
+            stalls: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn poisoned() -> Error {
+        Error::Engine("fake engine lock poisoned".into())
+    }
+
+    fn write(&self, key: &[u8], value: Option<&[u8]>) -> Result<()> {
+        let n = self.writes.fetch_add(1, Ordering::Relaxed);
+        let mut map = self.map.write().map_err(|_| Self::poisoned())?;
+        if let Some((after, ms)) = self.stall {
+            if n == after {
+                let t = Instant::now();
+                std::thread::sleep(Duration::from_millis(ms));
+                let iv = (
+                    t.duration_since(self.opened).as_secs_f64(),
+                    t.elapsed().as_secs_f64(),
+                );
+                self.stalls.lock().map_err(|_| Self::poisoned())?.push(iv);
+            }
+        }
+        self.written_bytes.fetch_add(
+            (key.len() + value.map_or(0, |v| v.len())) as u64,
+            Ordering::Relaxed,
+        );
+        match value {
+            Some(v) => {
+                map.insert(key.to_vec(), v.to_vec());
+            }
+            None => {
+                map.remove(key);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Engine for FakeEngine {
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.write(key, Some(value))
+    }
+
+    fn get(&self, key: &[u8], value: &mut Vec<u8>) -> Result<bool> {
+        let map = self.map.read().map_err(|_| Self::poisoned())?;
+        match map.get(key) {
+            Some(v) => {
+                value.clear();
+                value.extend_from_slice(v);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn delete(&self, key: &[u8]) -> Result<()> {
+        self.write(key, None)
+    }
+
+    fn scan(&self, start: &[u8], n: usize, visit: &mut dyn FnMut(&[u8], &[u8])) -> Result<usize> {
+        let map = self.map.read().map_err(|_| Self::poisoned())?;
+        let mut seen = 0;
+        for (k, v) in map
+            .range::<[u8], _>((Bound::Included(start), Bound::Unbounded))
+            .take(n)
+        {
+            visit(k, v);
+            seen += 1;
+        }
+        Ok(seen)
+    }
+
+    fn flush(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn stats(&self) -> Result<EngineStats> {
+        let intervals = self.stalls.lock().map_err(|_| Self::poisoned())?.clone();
+        Ok(EngineStats {
+            uptime_s: self.opened.elapsed().as_secs_f64(),
+            stall: StallStats {
+                seconds: intervals.iter().fold(0.0, |a, i| a + i.1),
+                count: intervals.len() as u64,
+                max_seconds: intervals.iter().map(|i| i.1).fold(0.0, f64::max),
+                intervals: Some(intervals),
+            },
+            ..EngineStats::default()
+        })
+    }
+
+    fn close(self: Box<Self>) -> Result<()> {
+        Ok(())
+    }
+}

@@ -1,0 +1,347 @@
+//! The engines under test, behind one trait, and the configurations that
+//! name them (`tierkv:<preset>`, `rocksdb-ssd`, `rocksdb-l0-pm`, `fake`).
+//!
+//! Every engine gets the same [`EngineSetup`] (memtable size and count, SST
+//! size, L1 size, background jobs, block cache, bloom bits, L0 triggers, no
+//! compression) and the workloads drive all of them with the same keys.
+//!
+//! # Concurrency
+//!
+//! An [`Engine`] is `Send + Sync`: the runner shares one `&dyn Engine` among
+//! its worker threads (scoped threads), and calls [`Engine::stats`] from the
+//! driving thread while workers run.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+pub mod fake;
+#[cfg(feature = "rocksdb")]
+pub mod rocksdb;
+pub mod tierkv;
+
+/// A key-value engine as the workloads see it.
+pub trait Engine: Send + Sync {
+    /// Inserts or overwrites `key`.
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<()>;
+    /// Reads `key` into `value`; returns whether it was found.
+    fn get(&self, key: &[u8], value: &mut Vec<u8>) -> Result<bool>;
+    /// Deletes `key`.
+    fn delete(&self, key: &[u8]) -> Result<()>;
+    /// Visits up to `n` entries from the first key ≥ `start`, in key order;
+    /// returns how many were visited.
+    fn scan(&self, start: &[u8], n: usize, visit: &mut dyn FnMut(&[u8], &[u8])) -> Result<usize>;
+    /// Flushes the memtables.
+    fn flush(&self) -> Result<()>;
+    /// A snapshot of the engine's own statistics.
+    fn stats(&self) -> Result<EngineStats>;
+    /// Closes the engine, waiting for its background work.
+    fn close(self: Box<Self>) -> Result<()>;
+}
+
+/// One memtable flush.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FlushEvent {
+    /// Start, seconds since the engine opened.
+    pub start_s: f64,
+    /// Duration in seconds.
+    pub duration_s: f64,
+    /// Bytes written.
+    pub bytes: u64,
+}
+
+/// One compaction.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompactionEvent {
+    /// Start, seconds (since the engine opened here; since the benchmark
+    /// started once in a JSON record).
+    pub start_s: f64,
+    /// Duration in seconds.
+    pub duration_s: f64,
+    /// `l0-l1`, `intra-l0`, `leveled`, or the engine's own name for it.
+    pub kind: String,
+    /// Total input bytes.
+    pub input_bytes: u64,
+    /// Input bytes per level.
+    pub inputs: Vec<LevelBytes>,
+    /// Level the output went to.
+    pub output_level: usize,
+    /// Bytes written.
+    pub output_bytes: u64,
+}
+
+impl CompactionEvent {
+    /// True for a compaction from L0 into L1 (the papers' stall culprit).
+    pub fn is_l0_to_l1(&self) -> bool {
+        self.output_level == 1 && self.inputs.iter().any(|i| i.level == 0 && i.bytes > 0)
+    }
+}
+
+/// Bytes of one level in a compaction's input.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LevelBytes {
+    /// Level.
+    pub level: usize,
+    /// Bytes.
+    pub bytes: u64,
+}
+
+/// Files and bytes of one level in one tier.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LevelShape {
+    /// Level (0 = L0).
+    pub level: usize,
+    /// `pm` or `ssd`.
+    pub tier: String,
+    /// Number of files (tables).
+    pub files: u64,
+    /// Bytes.
+    pub bytes: u64,
+}
+
+/// Write-stall accounting, cumulative since open.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StallStats {
+    /// Total seconds writers were delayed or stopped.
+    pub seconds: f64,
+    /// Number of stalls.
+    pub count: u64,
+    /// Longest stall in seconds.
+    pub max_seconds: f64,
+    /// Every interval `(start_s, duration_s)` when the engine keeps them
+    /// (tierkv, fake); `None` when only the counters exist (RocksDB).
+    pub intervals: Option<Vec<(f64, f64)>>,
+}
+
+/// A snapshot of an engine's statistics, cumulative since it opened.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EngineStats {
+    /// Seconds since the engine opened.
+    pub uptime_s: f64,
+    /// Bytes written to the SSD tier (WAL, flush, compaction, manifest).
+    pub ssd_written_bytes: u64,
+    /// Bytes read from the SSD tier (compactions and reads).
+    pub ssd_read_bytes: u64,
+    /// Bytes written to the PM tier.
+    pub pm_written_bytes: u64,
+    /// WAL bytes, whatever the tier.
+    pub wal_bytes: u64,
+    /// Write stalls.
+    pub stall: StallStats,
+    /// Every flush.
+    pub flushes: Vec<FlushEvent>,
+    /// Every compaction.
+    pub compactions: Vec<CompactionEvent>,
+    /// The level shape now.
+    pub levels: Vec<LevelShape>,
+}
+
+/// Which engine a configuration runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EngineKind {
+    /// tierkv with a design preset.
+    Tierkv(String),
+    /// RocksDB with everything on the SSD directory.
+    RocksdbSsd,
+    /// RocksDB with L0 and the WAL on the PM directory.
+    RocksdbL0Pm,
+    /// An in-memory map (tests and dry runs of the harness).
+    Fake,
+}
+
+/// A named configuration, e.g. `tierkv:triangle` or `rocksdb-ssd`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// The name as given (`tierkv` is normalised to `tierkv:classic`).
+    pub name: String,
+    /// The engine.
+    pub kind: EngineKind,
+}
+
+impl Config {
+    /// Parses a configuration name.
+    pub fn parse(s: &str) -> Result<Config> {
+        let s = s.trim();
+        let kind = match s {
+            "rocksdb-ssd" => EngineKind::RocksdbSsd,
+            "rocksdb-l0-pm" => EngineKind::RocksdbL0Pm,
+            "fake" => EngineKind::Fake,
+            "tierkv" => EngineKind::Tierkv("classic".into()),
+            _ => match s.strip_prefix("tierkv:") {
+                Some(p) if ::tierkv::Preset::from_name(p).is_some() => {
+                    EngineKind::Tierkv(p.to_string())
+                }
+                Some(p) => {
+                    let all: Vec<&str> = ::tierkv::Preset::ALL.iter().map(|p| p.name()).collect();
+                    return Err(Error::Usage(format!(
+                        "unknown tierkv preset `{p}`; presets: {}",
+                        all.join(", ")
+                    )));
+                }
+                None => {
+                    return Err(Error::Usage(format!(
+                        "unknown configuration `{s}`; use tierkv:<preset>, rocksdb-ssd, rocksdb-l0-pm or fake"
+                    )))
+                }
+            },
+        };
+        let name = match &kind {
+            EngineKind::Tierkv(p) => format!("tierkv:{p}"),
+            _ => s.to_string(),
+        };
+        Ok(Config { name, kind })
+    }
+
+    /// The engine's name in the JSON (`tierkv`, `rocksdb`, `fake`).
+    pub fn engine_name(&self) -> &'static str {
+        match self.kind {
+            EngineKind::Tierkv(_) => "tierkv",
+            EngineKind::RocksdbSsd | EngineKind::RocksdbL0Pm => "rocksdb",
+            EngineKind::Fake => "fake",
+        }
+    }
+
+    /// True if the configuration keeps data in the PM directory.
+    pub fn uses_pm(&self) -> bool {
+        match &self.kind {
+            EngineKind::Tierkv(p) => ::tierkv::Preset::from_name(p).is_some_and(|p| p.needs_pm()),
+            EngineKind::RocksdbL0Pm => true,
+            EngineKind::RocksdbSsd | EngineKind::Fake => false,
+        }
+    }
+
+    /// A file-name-safe form of the name.
+    pub fn file_name(&self) -> String {
+        self.name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect()
+    }
+}
+
+/// Everything an engine is opened with; the same for every engine of a run.
+#[derive(Debug, Clone)]
+pub struct EngineSetup {
+    /// SSD directory (created if missing; must be empty or absent).
+    pub ssd_dir: PathBuf,
+    /// PM directory (a file system in DRAM or a DAX mount).
+    pub pm_dir: PathBuf,
+    /// PM tier size.
+    pub pm_size_bytes: u64,
+    /// Memtable size (`write_buffer_size`).
+    pub memtable_size_bytes: u64,
+    /// Memtables at most (`max_write_buffer_number`).
+    pub memtable_count: usize,
+    /// SST target size (`target_file_size_base`).
+    pub sst_size_bytes: u64,
+    /// L1 target size (`max_bytes_for_level_base`).
+    pub l1_size_bytes: u64,
+    /// Background flush + compaction threads (`max_background_jobs`).
+    pub background_jobs: usize,
+    /// Block cache (`cache_size`).
+    pub block_cache_bytes: u64,
+    /// Bloom filter bits per key (0 = none).
+    pub bloom_bits: u32,
+    /// L0 compaction / slowdown / stop triggers.
+    pub l0_triggers: (usize, usize, usize),
+    /// Write rate while delayed, bytes per second.
+    pub delayed_write_rate_bytes_per_sec: u64,
+    /// O_DIRECT for flush and compaction output.
+    pub direct_io: bool,
+    /// Inject one stall of this many milliseconds after this many writes
+    /// (fake engine only; tests of the open-loop scheduler).
+    pub fake_stall: Option<(u64, u64)>,
+    /// `tierkv:vlsm`: SST (and memtable) size; default = `sst_size_bytes` / 8
+    /// (8 MB at `medium`, the paper's best size).
+    pub vlsm_sst_size_bytes: Option<u64>,
+    /// `tierkv:vlsm`: growth factor Φ between L1 and L2.
+    pub vlsm_phi: u64,
+    /// `tierkv:vlsm`: growth factor f between the other levels.
+    pub vlsm_growth_factor: u64,
+    /// tierkv: independent LSMs (regions) in one database, hash-routed.
+    pub regions: usize,
+}
+
+impl EngineSetup {
+    /// RocksDB's defaults, at the given directories (tests adjust fields).
+    pub fn defaults(ssd_dir: PathBuf, pm_dir: PathBuf) -> EngineSetup {
+        EngineSetup {
+            ssd_dir,
+            pm_dir,
+            pm_size_bytes: 16 << 20,
+            memtable_size_bytes: 64 << 20,
+            memtable_count: 2,
+            sst_size_bytes: 64 << 20,
+            l1_size_bytes: 256 << 20,
+            background_jobs: 2,
+            block_cache_bytes: 8 << 20,
+            bloom_bits: 10,
+            l0_triggers: (4, 20, 36),
+            delayed_write_rate_bytes_per_sec: 16 << 20,
+            direct_io: false,
+            fake_stall: None,
+            vlsm_sst_size_bytes: None,
+            vlsm_phi: 32,
+            vlsm_growth_factor: 8,
+            regions: 1,
+        }
+    }
+}
+
+/// Opens the engine of `config` with `setup`.
+///
+/// Errors: `Error::Refused` when the engine is not built into this binary or
+/// rejects the options.
+pub fn open(config: &Config, setup: &EngineSetup) -> Result<Box<dyn Engine>> {
+    match &config.kind {
+        EngineKind::Fake => Ok(Box::new(fake::FakeEngine::new(setup.fake_stall))),
+        EngineKind::RocksdbSsd | EngineKind::RocksdbL0Pm => open_rocksdb(config, setup),
+        EngineKind::Tierkv(preset) => open_tierkv(preset, setup),
+    }
+}
+
+#[cfg(feature = "rocksdb")]
+fn open_rocksdb(config: &Config, setup: &EngineSetup) -> Result<Box<dyn Engine>> {
+    let l0_on_pm = config.kind == EngineKind::RocksdbL0Pm;
+    Ok(Box::new(rocksdb::RocksEngine::open(setup, l0_on_pm)?))
+}
+
+#[cfg(not(feature = "rocksdb"))]
+fn open_rocksdb(config: &Config, _setup: &EngineSetup) -> Result<Box<dyn Engine>> {
+    Err(Error::Refused(format!(
+        "`{}` needs RocksDB: rebuild with `cargo build --release --features rocksdb` after scripts/setup-rocksdb.sh",
+        config.name
+    )))
+}
+
+fn open_tierkv(preset: &str, setup: &EngineSetup) -> Result<Box<dyn Engine>> {
+    Ok(Box::new(self::tierkv::TierkvEngine::open(preset, setup)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_configurations() {
+        assert_eq!(
+            Config::parse("tierkv").map(|c| c.name).ok(),
+            Some("tierkv:classic".into())
+        );
+        let c = Config::parse("tierkv:triangle").unwrap_or_else(|e| panic!("{e}"));
+        assert!(c.uses_pm());
+        assert_eq!(c.file_name(), "tierkv_triangle");
+        assert!(Config::parse("rocksdb-l0-pm").is_ok_and(|c| c.uses_pm()));
+        assert!(Config::parse("rocksdb-ssd").is_ok_and(|c| !c.uses_pm()));
+        assert!(Config::parse("tierkv:nope").is_err());
+        assert!(Config::parse("leveldb").is_err());
+    }
+}

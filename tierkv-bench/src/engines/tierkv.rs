@@ -1,0 +1,213 @@
+//! tierkv with a design preset (`tierkv:<preset>`).
+//!
+//! The engine gets the run's [`EngineSetup`] field for field (memtable size
+//! and count, SST size, L1 size, L0 triggers, delayed write rate, background
+//! threads, block cache, bloom bits, direct I/O). PM presets get the PM
+//! directory and size; the flattened designs (`matrix`, `triangle`,
+//! `rangetab`) size L1 to the PM tier, as BENCH.md says. `classic` and
+//! `vlsm` run on the SSD alone.
+//!
+//! Every number comes from `Db::stats()` (DESIGN.md §5): bytes written per
+//! tier and cause, SSD bytes read, each stall interval, each flush and
+//! compaction, and the level shape per tier.
+
+use std::time::Duration;
+
+use ::tierkv::{Db, Options, Preset, ReadOptions};
+
+use super::{
+    CompactionEvent, Engine, EngineSetup, EngineStats, FlushEvent, LevelBytes, LevelShape,
+    StallStats,
+};
+use crate::error::{Error, Result};
+
+/// A tierkv database under test.
+pub struct TierkvEngine {
+    db: Db,
+}
+
+fn terr(e: ::tierkv::Error) -> Error {
+    Error::Engine(format!("tierkv: {e}"))
+}
+
+/// The tierkv options of a run for `preset`.
+pub fn options_for(preset: Preset, setup: &EngineSetup) -> Options {
+    let mut o = Options {
+        design: preset,
+        memtable_size_bytes: setup.memtable_size_bytes as usize,
+        memtable_count_max: setup.memtable_count,
+        sst_size_bytes: setup.sst_size_bytes,
+        l1_size_bytes: setup.l1_size_bytes,
+        l0_compaction_trigger: setup.l0_triggers.0,
+        l0_slowdown_trigger: setup.l0_triggers.1,
+        l0_stop_trigger: setup.l0_triggers.2,
+        delayed_write_rate_bytes_per_sec: setup.delayed_write_rate_bytes_per_sec,
+        background_threads: setup.background_jobs,
+        block_cache_bytes: setup.block_cache_bytes as usize,
+        bloom_bits_per_key: setup.bloom_bits as usize,
+        use_direct_io_for_flush_and_compaction: setup.direct_io,
+        ..Options::default()
+    };
+    if preset.needs_pm() {
+        o.pm_dir = Some(setup.pm_dir.clone());
+        o.pm_size_bytes = setup.pm_size_bytes;
+    }
+    if matches!(preset, Preset::Matrix | Preset::Triangle | Preset::RangeTab) {
+        o.l1_size_bytes = setup.pm_size_bytes.max(setup.sst_size_bytes);
+    }
+    o.regions = setup.regions;
+    if preset == Preset::Vlsm {
+        // vLSM's small SSTs: memtables are SST-sized (paper §6.2), L1 = f × SST.
+        let sst = setup
+            .vlsm_sst_size_bytes
+            .unwrap_or((setup.sst_size_bytes / 8).max(256 << 10));
+        o.sst_size_bytes = sst;
+        o.memtable_size_bytes = sst as usize;
+        o.vlsm_phi = setup.vlsm_phi;
+        o.vlsm_growth_factor = setup.vlsm_growth_factor;
+        o.l1_size_bytes = setup.vlsm_growth_factor * sst;
+    }
+    o
+}
+
+impl TierkvEngine {
+    /// Opens a fresh database of design `preset` in `setup.ssd_dir`.
+    ///
+    /// Errors: `Error::Refused` for anything `Db::open` rejects (a design
+    /// not available yet is `InvalidOptions` there).
+    pub fn open(preset: &str, setup: &EngineSetup) -> Result<TierkvEngine> {
+        let p = Preset::from_name(preset)
+            .ok_or_else(|| Error::Refused(format!("unknown tierkv preset `{preset}`")))?;
+        let db = Db::open(&setup.ssd_dir, options_for(p, setup)).map_err(|e| match e {
+            ::tierkv::Error::InvalidOptions(m) => Error::Refused(format!("tierkv:{preset}: {m}")),
+            other => Error::Refused(format!("tierkv:{preset}: open failed: {other}")),
+        })?;
+        Ok(TierkvEngine { db })
+    }
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+impl Engine for TierkvEngine {
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.db.put(key, value).map_err(terr)
+    }
+
+    fn get(&self, key: &[u8], value: &mut Vec<u8>) -> Result<bool> {
+        match self.db.get(key).map_err(terr)? {
+            Some(v) => {
+                *value = v;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn delete(&self, key: &[u8]) -> Result<()> {
+        self.db.delete(key).map_err(terr)
+    }
+
+    fn scan(&self, start: &[u8], n: usize, visit: &mut dyn FnMut(&[u8], &[u8])) -> Result<usize> {
+        let mut it = self.db.iter(ReadOptions::default()).map_err(terr)?;
+        it.seek(start);
+        let mut seen = 0;
+        while seen < n && it.valid() {
+            visit(it.key(), it.value());
+            seen += 1;
+            it.next();
+        }
+        it.status().map_err(terr)?;
+        Ok(seen)
+    }
+
+    fn flush(&self) -> Result<()> {
+        self.db.flush().map_err(terr)
+    }
+
+    fn stats(&self) -> Result<EngineStats> {
+        let s = self.db.stats();
+        let intervals: Vec<(f64, f64)> = s
+            .stalls
+            .iter()
+            .map(|i| (secs(i.start), secs(i.duration)))
+            .collect();
+        Ok(EngineStats {
+            uptime_s: secs(s.uptime),
+            ssd_written_bytes: s.written.ssd_total(),
+            ssd_read_bytes: s.ssd_bytes_read,
+            pm_written_bytes: s.written.pm_total(),
+            wal_bytes: s.written.wal_ssd + s.written.wal_pm,
+            stall: StallStats {
+                seconds: intervals.iter().fold(0.0, |a, i| a + i.1),
+                count: intervals.len() as u64,
+                max_seconds: intervals.iter().map(|i| i.1).fold(0.0, f64::max),
+                intervals: Some(intervals),
+            },
+            flushes: s
+                .flushes
+                .iter()
+                .map(|f| FlushEvent {
+                    start_s: secs(f.start),
+                    duration_s: secs(f.duration),
+                    bytes: f.output_bytes,
+                })
+                .collect(),
+            compactions: s
+                .compactions
+                .iter()
+                .map(|c| CompactionEvent {
+                    start_s: secs(c.start),
+                    duration_s: secs(c.duration),
+                    kind: c.kind.clone(),
+                    input_bytes: c.input_bytes.iter().map(|x| x.1).sum(),
+                    inputs: c
+                        .input_bytes
+                        .iter()
+                        .map(|&(level, bytes)| LevelBytes { level, bytes })
+                        .collect(),
+                    output_level: c.output_level,
+                    output_bytes: c.output_bytes,
+                })
+                .collect(),
+            levels: s
+                .levels
+                .iter()
+                .map(|l| LevelShape {
+                    level: l.level,
+                    tier: l.tier.name().to_string(),
+                    files: l.tables as u64,
+                    bytes: l.bytes,
+                })
+                .collect(),
+        })
+    }
+
+    fn close(self: Box<Self>) -> Result<()> {
+        self.db.close().map_err(terr)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_follow_the_setup() {
+        let mut s = EngineSetup::defaults("/tmp/x".into(), "/dev/shm/y".into());
+        s.memtable_size_bytes = 4 << 20;
+        s.sst_size_bytes = 4 << 20;
+        s.pm_size_bytes = 16 << 20;
+        let o = options_for(Preset::Classic, &s);
+        assert_eq!(o.memtable_size_bytes, 4 << 20);
+        assert!(o.pm_dir.is_none());
+        assert!(o.validate().is_ok());
+        let o = options_for(Preset::Triangle, &s);
+        assert_eq!(
+            o.pm_dir.as_deref(),
+            Some(std::path::Path::new("/dev/shm/y"))
+        );
+        assert_eq!(o.l1_size_bytes, 16 << 20);
+    }
+}

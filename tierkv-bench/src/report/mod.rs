@@ -1,0 +1,256 @@
+//! `tierkv-bench report RUN.json`: the papers' figures from a run's records,
+//! as PNG and SVG, and a markdown summary with ratios against RocksDB.
+//!
+//! | file | what | papers |
+//! |---|---|---|
+//! | `throughput-<bench>` | operations per second over time, one line per configuration | Fig. 2 / 15 |
+//! | `latency-<bench>` | latency CDF (whole, and the tail on a 9s scale) | tail-latency figures |
+//! | `compactions-l0l1-<bench>` | each L0→L1 compaction as a segment: start → end at its input size | Fig. 17 |
+//! | `compaction-bytes-<bench>` | input bytes of every compaction, in order | Fig. 18 |
+//! | `write-amp` | SSD and total write amplification per configuration and benchmark | Fig. 16 / 19 |
+//! | `level-shape` | bytes per level and tier at the end of each configuration's run | Fig. 16 / 19 |
+//! | `summary.md` | one table per benchmark, ratios against RocksDB | |
+//!
+//! The font (DejaVu Sans, `assets/`) is compiled in and registered with
+//! plotters' `ab_glyph` text renderer, so PNGs look the same on any machine;
+//! SVGs name the font family and leave rendering to the viewer.
+
+mod plots;
+mod summary;
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{io_err, Error, Result};
+use crate::metrics::Record;
+
+/// DejaVu Sans (Bitstream Vera license, `assets/DejaVuSans-LICENSE.txt`).
+static FONT: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
+
+/// Registers the embedded font for every family name plotters may ask for.
+pub fn register_fonts() -> Result<()> {
+    use plotters::style::FontStyle;
+    for family in ["sans-serif", "serif", "monospace"] {
+        for style in [
+            FontStyle::Normal,
+            FontStyle::Bold,
+            FontStyle::Italic,
+            FontStyle::Oblique,
+        ] {
+            plotters::style::register_font(family, style, FONT)
+                .map_err(|_| Error::Other("the embedded font could not be loaded".into()))?;
+        }
+    }
+    Ok(())
+}
+
+/// A group of records of one benchmark in one pacing mode, in run order.
+pub struct Group<'a> {
+    /// Benchmark name.
+    pub benchmark: String,
+    /// `closed` or `open`.
+    pub mode: String,
+    /// The records.
+    pub records: Vec<&'a Record>,
+}
+
+impl Group<'_> {
+    /// `fillrandom` or `ycsb-a-open`.
+    pub fn slug(&self) -> String {
+        if self.mode == "open" {
+            format!("{}-open", self.benchmark)
+        } else {
+            self.benchmark.clone()
+        }
+    }
+}
+
+/// Groups records by (benchmark, mode), in order of first appearance.
+pub fn groups(records: &[Record]) -> Vec<Group<'_>> {
+    let mut out: Vec<Group<'_>> = Vec::new();
+    for r in records {
+        let mode = if r.mode.is_empty() {
+            "closed"
+        } else {
+            r.mode.as_str()
+        };
+        match out
+            .iter_mut()
+            .find(|g| g.benchmark == r.benchmark && g.mode == mode)
+        {
+            Some(g) => g.records.push(r),
+            None => out.push(Group {
+                benchmark: r.benchmark.clone(),
+                mode: mode.to_string(),
+                records: vec![r],
+            }),
+        }
+    }
+    out
+}
+
+/// Reads `json`, writes the plots and `summary.md` into `out` (default:
+/// `<stem>-report` beside the JSON) and prints what it wrote.
+pub fn report(json: &Path, out: Option<&Path>) -> Result<()> {
+    let text = std::fs::read_to_string(json).map_err(io_err(format!("read {}", json.display())))?;
+    let records: Vec<Record> = serde_json::from_str(&text)
+        .map_err(|e| Error::Other(format!("{} is not a tierkv-bench run: {e}", json.display())))?;
+    if records.is_empty() {
+        return Err(Error::Other(format!("{} holds no records", json.display())));
+    }
+    let out: PathBuf = match out {
+        Some(o) => o.to_path_buf(),
+        None => {
+            let stem = json
+                .file_stem()
+                .map_or("run".into(), |s| s.to_string_lossy().into_owned());
+            json.with_file_name(format!("{stem}-report"))
+        }
+    };
+    std::fs::create_dir_all(&out).map_err(io_err(format!("create {}", out.display())))?;
+    register_fonts()?;
+    let files = plots::draw_all(&records, &out)?;
+    let md = summary::markdown(&records, json, &files);
+    let md_path = out.join("summary.md");
+    std::fs::write(&md_path, md).map_err(io_err(format!("write {}", md_path.display())))?;
+    for f in &files {
+        println!("{}", out.join(f).with_extension("png").display());
+    }
+    println!("{}", md_path.display());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engines::{CompactionEvent, LevelBytes, LevelShape};
+    use crate::metrics::{Latency, LatencySummary};
+
+    pub(crate) fn sample_records() -> Vec<Record> {
+        let mut v = Vec::new();
+        for (ci, config) in ["tierkv:classic", "rocksdb-ssd"].iter().enumerate() {
+            for bench in ["fillrandom", "readrandom"] {
+                let write = bench == "fillrandom";
+                let r = Record {
+                    engine: config.split(':').next().unwrap_or("x").replace("-ssd", ""),
+                    config: config.to_string(),
+                    benchmark: bench.into(),
+                    scale: "tiny".into(),
+                    value_size: 4096,
+                    ops: 16384,
+                    seconds: 3.0,
+                    ops_per_sec: 5000.0 + 1000.0 * ci as f64,
+                    mb_per_sec: 20.0,
+                    latency_us: Latency {
+                        all: LatencySummary {
+                            avg: 10.0,
+                            p50: 5.0,
+                            p90: 9.0,
+                            p99: 50.0,
+                            p999: 900.0,
+                            p9999: 3000.0,
+                            max: 9000.0,
+                        },
+                        read: None,
+                        write: None,
+                    },
+                    timeline: vec![5000, 200, 6000, 3000],
+                    compactions: if write {
+                        (0..5)
+                            .map(|i| CompactionEvent {
+                                start_s: i as f64 * 0.5,
+                                duration_s: 0.3,
+                                kind: "l0-l1".into(),
+                                input_bytes: (16 + i) << 20,
+                                inputs: vec![LevelBytes {
+                                    level: 0,
+                                    bytes: (16 + i) << 20,
+                                }],
+                                output_level: 1,
+                                output_bytes: (15 + i) << 20,
+                            })
+                            .collect()
+                    } else {
+                        Vec::new()
+                    },
+                    levels: vec![
+                        LevelShape {
+                            level: 0,
+                            tier: "ssd".into(),
+                            files: 2,
+                            bytes: 8 << 20,
+                        },
+                        LevelShape {
+                            level: 1,
+                            tier: "ssd".into(),
+                            files: 4,
+                            bytes: 16 << 20,
+                        },
+                        LevelShape {
+                            level: 2,
+                            tier: "ssd".into(),
+                            files: 10,
+                            bytes: 40 << 20,
+                        },
+                    ],
+                    latency_cdf: vec![
+                        [0.0, 1.0],
+                        [0.5, 5.0],
+                        [0.9, 9.0],
+                        [0.99, 50.0],
+                        [0.999, 900.0],
+                        [1.0, 9000.0],
+                    ],
+                    mode: "closed".into(),
+                    ..Record::default()
+                };
+                v.push(r);
+            }
+        }
+        for r in v.iter_mut().filter(|r| r.benchmark == "fillrandom") {
+            r.bytes.user = 64 << 20;
+            r.bytes.ssd_written = 150 << 20;
+            r.write_amp.ssd = 150.0 / 64.0;
+            r.write_amp.total = 150.0 / 64.0;
+        }
+        v
+    }
+
+    #[test]
+    fn report_writes_plots_and_summary() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let json = dir.path().join("run.json");
+        let text = serde_json::to_string(&sample_records()).unwrap_or_default();
+        std::fs::write(&json, text).unwrap_or_else(|e| panic!("{e}"));
+        report(&json, None).unwrap_or_else(|e| panic!("{e}"));
+        let out = dir.path().join("run-report");
+        for f in [
+            "throughput-fillrandom.png",
+            "throughput-fillrandom.svg",
+            "latency-readrandom.png",
+            "compactions-l0l1-fillrandom.png",
+            "compaction-bytes-fillrandom.svg",
+            "write-amp.png",
+            "level-shape.png",
+            "summary.md",
+        ] {
+            let p = out.join(f);
+            assert!(
+                p.exists() && p.metadata().map(|m| m.len()).unwrap_or(0) > 100,
+                "{f}"
+            );
+        }
+        let md = std::fs::read_to_string(out.join("summary.md")).unwrap_or_default();
+        assert!(md.contains("| tierkv:classic |"), "{md}");
+        assert!(md.contains("0.83×"), "ratio vs rocksdb-ssd: {md}");
+    }
+
+    #[test]
+    fn groups_keep_order_and_mode() {
+        let mut recs = sample_records();
+        recs[3].mode = "open".into();
+        let g = groups(&recs);
+        assert_eq!(g.len(), 3);
+        assert_eq!(g[0].slug(), "fillrandom");
+        assert_eq!(g[2].slug(), "readrandom-open");
+    }
+}

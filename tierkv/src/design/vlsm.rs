@@ -1,0 +1,618 @@
+//! `vlsm`: vLSM (Xanthakis et al.) — low tail latency on SSD alone by
+//! keeping compaction chains narrow and short.
+//!
+//! With SM = `sst_size_bytes`, f = `vlsm_growth_factor`, Φ = `vlsm_phi`:
+//!
+//! * **Flush**: one small L0 SST per memtable (the paper: memtable = SST
+//!   size, 8 MB; see `Options::for_design`).
+//! * **L0 is a FIFO queue** of at most `vlsm_l0_max_ssts` SSTs. There is no
+//!   tiering step merging all of L0: the *oldest single* L0 SST is
+//!   compacted with the L1 tables it overlaps. L0 drains continuously, so
+//!   the queue is there to absorb bursts; when it is full, flushes wait
+//!   ([`Design::flush_blocked`]) and L0's chain goes first.
+//! * **Level sizes**: L1 = f × SM, L2 = Φ × L1, L(n+1) = f × Ln, so small
+//!   SSTs do not add levels (Φ > f makes up for the small L1).
+//! * **vSSTs in L1**: L0 → L1 output is cut by the overlap-aware rule of
+//!   [`crate::compaction::vsst`] (when `Options::vsst_enabled`, on by
+//!   default here): poor vSSTs of Sm = SM / f with overlap > f, good vSSTs
+//!   of [Sm, SM] with overlap ≤ f.
+//! * **L1 → L2** frees room for the next L0 SST: the L1 tables with the
+//!   lowest ratio of overlapped L2 bytes to their size, good ones only, as
+//!   many as sum to SM. The picked vSSTs need not be adjacent: each group
+//!   of them sharing L2 tables is merged on its own, so no output spans L2
+//!   tables that are not inputs. The paper leaves open what to do when L1
+//!   has no good vSST (with uniform keys and Φ/f = 4 that is the common
+//!   case): then the run of adjacent L1 tables of SM bytes with the lowest
+//!   overlap ratio goes, as one merge — adjacent poor vSSTs share their
+//!   boundary L2 tables, scattered ones would each pull them in again.
+//! * **Ln → Ln+1** (n ≥ 2): RocksDB's min-overlapping-ratio pick, one SST.
+//! * **Order** (the chain is freed bottom-up, vLSM §2.3): when the L0 queue
+//!   is full, first L1 → L2 if L1 has no room for the oldest L0 SST, then
+//!   that L0 SST; otherwise the level with the highest score ≥ 1
+//!   (bytes / target); otherwise drain L0 the same way.
+//! * **Write controller**: vLSM has no L0 slowdown or stop triggers — the
+//!   full L0 queue holds flushes back, and writers stall (recorded as
+//!   `L0Stop`) only once every memtable is full too, for as long as one
+//!   small L0 → L1 compaction (and the L1 → L2 step before it) takes.
+//!   Pending compaction bytes over the soft / hard limits delay / stop
+//!   writes as in `classic` (a safety net when deeper levels fall behind).
+//!
+//! The picker is pure and per-LSM (a function of one [`Version`]), so a
+//! `Db` split into regions can run one instance per region.
+//!
+//! Invariants:
+//! 1. At most one L0 → L1 task runs, and it takes the oldest L0 SST: an L0
+//!    SST reaches L1 only after every older one, so L1 never holds data
+//!    newer than an L0 SST above it.
+//! 2. An L1 → L2 task's L2 inputs are exactly the L2 tables meeting its L1
+//!    inputs; groups merged separately are key-disjoint and separated by L2
+//!    tables left in place.
+//!
+//! Concurrency: the design holds only configuration; `pick` runs under the
+//! engine's state lock with the set of busy tables, `run` in a job thread.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use crate::compaction::vsst::VsstParams;
+use crate::compaction::{merge_to_ssts, JobEnv, OutputSpec, MAX_GRANDPARENT_OVERLAP_FACTOR};
+use crate::error::Result;
+use crate::iter::{InternalIterator, MergingIterator};
+use crate::memtable::MemTable;
+use crate::options::{Options, Preset};
+use crate::stats::StallCause;
+use crate::version::edit::VersionEdit;
+use crate::version::{LevelIterator, TableHandle, Version};
+
+use super::classic::{flush_to_l0_sst, pick_manual_range, run_merge};
+use super::{Design, Task, TaskKind, WriteControl};
+
+/// The vLSM design: its shape parameters.
+#[derive(Debug, Clone)]
+pub struct Vlsm {
+    sst_size_bytes: u64,
+    growth_factor: u64,
+    phi: u64,
+    l0_max_ssts: usize,
+    vsst: bool,
+    pending_soft_bytes: u64,
+    pending_hard_bytes: u64,
+}
+
+/// One L1 table as the L1 → L2 picker sees it.
+#[derive(Debug, Clone)]
+pub struct L1Candidate {
+    /// The table.
+    pub table: Arc<TableHandle>,
+    /// The L2 tables its key range meets.
+    pub overlapped: Vec<Arc<TableHandle>>,
+    /// Their bytes.
+    pub overlap_bytes: u64,
+    /// Overlap ratio ≤ f.
+    pub good: bool,
+}
+
+impl L1Candidate {
+    /// Overlapped L2 bytes per byte of the table.
+    pub fn ratio(&self) -> f64 {
+        self.overlap_bytes as f64 / self.table.meta.size_bytes.max(1) as f64
+    }
+}
+
+impl Vlsm {
+    /// The design with the shape of `opts`.
+    pub fn new(opts: &Options) -> Self {
+        Vlsm {
+            sst_size_bytes: opts.sst_size_bytes,
+            growth_factor: opts.vlsm_growth_factor,
+            phi: opts.vlsm_phi,
+            l0_max_ssts: opts.vlsm_l0_max_ssts,
+            vsst: opts.vsst_enabled(),
+            pending_soft_bytes: opts.pending_compaction_bytes_soft,
+            pending_hard_bytes: opts.pending_compaction_bytes_hard,
+        }
+    }
+
+    /// The vSST parameters (Sm, SM, f).
+    pub fn vsst_params(&self) -> VsstParams {
+        VsstParams::new(self.sst_size_bytes, self.growth_factor)
+    }
+
+    /// Target bytes of level `level` ≥ 1: L1 = f × SM, L2 = Φ × L1,
+    /// L(n+1) = f × Ln.
+    pub fn level_target_bytes(&self, level: usize) -> u64 {
+        let mut t = self.growth_factor.saturating_mul(self.sst_size_bytes);
+        for l in 2..=level {
+            let g = if l == 2 { self.phi } else { self.growth_factor };
+            t = t.saturating_mul(g);
+        }
+        t
+    }
+
+    /// Bytes of `level` not being compacted.
+    fn idle_bytes(v: &Version, busy: &HashSet<u64>, level: usize) -> u64 {
+        v.levels[level]
+            .iter()
+            .filter(|t| !busy.contains(&t.meta.id))
+            .map(|t| t.meta.size_bytes)
+            .sum()
+    }
+
+    /// Compaction score of each level: L0 = SSTs / queue capacity, Ln =
+    /// idle bytes / target; the last level's is 0.
+    pub fn scores(&self, v: &Version, busy: &HashSet<u64>) -> Vec<f64> {
+        let n = v.level_count();
+        let mut scores = vec![0.0; n];
+        for (level, score) in scores.iter_mut().enumerate().take(n - 1) {
+            *score = if level == 0 {
+                v.levels[0].len() as f64 / self.l0_max_ssts as f64
+            } else {
+                Self::idle_bytes(v, busy, level) as f64 / self.level_target_bytes(level) as f64
+            };
+        }
+        scores
+    }
+
+    /// Estimated bytes compaction still has to rewrite (RocksDB's estimate
+    /// with vLSM's targets; every L0 SST is pending, as L0 drains).
+    pub fn pending_compaction_bytes(&self, v: &Version) -> u64 {
+        let n = v.level_count();
+        let mut carried = v.level_bytes(0);
+        let mut pending = carried;
+        for level in 1..n.saturating_sub(1) {
+            let bytes = v.level_bytes(level) + carried;
+            let target = self.level_target_bytes(level);
+            if bytes > target {
+                let excess = bytes - target;
+                let ratio = v.level_bytes(level + 1) as f64 / bytes as f64;
+                pending = pending.saturating_add((excess as f64 * (ratio + 1.0)) as u64);
+                carried = excess;
+            } else {
+                carried = 0;
+            }
+        }
+        pending
+    }
+
+    /// L0 → L1 for the oldest L0 SST, with the L1 tables it overlaps; a
+    /// move without rewrite when it overlaps nothing in L1 and would be a
+    /// good vSST (or, without vSSTs, overlaps little of L2).
+    pub fn pick_l0(&self, v: &Version, busy: &HashSet<u64>) -> Option<Task> {
+        let oldest = v.levels[0].last()?;
+        if busy.contains(&oldest.meta.id) {
+            return None; // one at a time, oldest first (invariant 1)
+        }
+        let (lo, hi) = (oldest.smallest_user_key(), oldest.largest_user_key());
+        let l1 = v.overlapping(1, Some(lo), Some(hi));
+        if l1.iter().any(|t| busy.contains(&t.meta.id)) {
+            return None;
+        }
+        if l1.is_empty() {
+            let l2_bytes: u64 = v
+                .overlapping(2, Some(lo), Some(hi))
+                .iter()
+                .map(|t| t.meta.size_bytes)
+                .sum();
+            let movable = if self.vsst {
+                self.vsst_params().is_good(oldest.meta.size_bytes, l2_bytes)
+            } else {
+                l2_bytes <= self.sst_size_bytes * MAX_GRANDPARENT_OVERLAP_FACTOR
+            };
+            if movable {
+                return Some(Task {
+                    kind: TaskKind::TrivialMove,
+                    inputs: vec![(0, vec![Arc::clone(oldest)]), (1, Vec::new())],
+                    output_level: 1,
+                    grandparents: Vec::new(),
+                    cursor: None,
+                });
+            }
+        }
+        let (glo, ghi) = user_range(std::iter::once(oldest).chain(l1.iter()));
+        Some(Task {
+            kind: TaskKind::L0ToL1,
+            grandparents: v.overlapping(2, Some(&glo), Some(&ghi)),
+            inputs: vec![(0, vec![Arc::clone(oldest)]), (1, l1)],
+            output_level: 1,
+            cursor: None,
+        })
+    }
+
+    /// The idle L1 tables whose L2 overlaps are idle, best first: lowest
+    /// overlap ratio, then largest, then oldest id.
+    pub fn l1_candidates(&self, v: &Version, busy: &HashSet<u64>) -> Vec<L1Candidate> {
+        let p = self.vsst_params();
+        let mut out: Vec<L1Candidate> = v.levels[1]
+            .iter()
+            .filter(|t| !busy.contains(&t.meta.id))
+            .filter_map(|t| {
+                let overlapped =
+                    v.overlapping(2, Some(t.smallest_user_key()), Some(t.largest_user_key()));
+                if overlapped.iter().any(|o| busy.contains(&o.meta.id)) {
+                    return None;
+                }
+                let overlap_bytes = overlapped.iter().map(|o| o.meta.size_bytes).sum();
+                Some(L1Candidate {
+                    good: p.is_good(t.meta.size_bytes, overlap_bytes),
+                    table: Arc::clone(t),
+                    overlapped,
+                    overlap_bytes,
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| {
+            a.ratio()
+                .total_cmp(&b.ratio())
+                .then(b.table.meta.size_bytes.cmp(&a.table.meta.size_bytes))
+                .then(a.table.meta.id.cmp(&b.table.meta.id))
+        });
+        out
+    }
+
+    /// L1 → L2: good vSSTs by lowest overlap ratio until they sum to SM
+    /// (poor ones only if no good one exists). Tables that overlap nothing
+    /// in L2 (and little of L3) move down without a rewrite.
+    pub fn pick_l1(&self, v: &Version, busy: &HashSet<u64>) -> Option<Task> {
+        if v.level_count() < 3 {
+            return None; // L1 is the last level
+        }
+        let cands = self.l1_candidates(v, busy);
+        if !cands.iter().any(|c| c.good) {
+            return self.pick_l1_window(v, busy);
+        }
+        let mut chosen: Vec<&L1Candidate> = Vec::new();
+        let mut sum = 0u64;
+        for c in cands.iter().filter(|c| c.good) {
+            if sum >= self.sst_size_bytes {
+                break;
+            }
+            sum += c.table.meta.size_bytes;
+            chosen.push(c);
+        }
+        let gp_limit = self.sst_size_bytes * MAX_GRANDPARENT_OVERLAP_FACTOR;
+        let l3_bytes = |t: &TableHandle| -> u64 {
+            v.overlapping(3, Some(t.smallest_user_key()), Some(t.largest_user_key()))
+                .iter()
+                .map(|g| g.meta.size_bytes)
+                .sum()
+        };
+        // Tables with no L2 overlap sort first: move that prefix alone.
+        let movable: Vec<Arc<TableHandle>> = chosen
+            .iter()
+            .take_while(|c| c.overlap_bytes == 0 && l3_bytes(&c.table) <= gp_limit)
+            .map(|c| Arc::clone(&c.table))
+            .collect();
+        if !movable.is_empty() {
+            return Some(Task {
+                kind: TaskKind::TrivialMove,
+                inputs: vec![(1, sorted_by_key(movable)), (2, Vec::new())],
+                output_level: 2,
+                grandparents: Vec::new(),
+                cursor: None,
+            });
+        }
+        let l1 = sorted_by_key(chosen.iter().map(|c| Arc::clone(&c.table)).collect());
+        let mut l2: Vec<Arc<TableHandle>> = Vec::new();
+        for c in &chosen {
+            for o in &c.overlapped {
+                if !l2.iter().any(|x| x.meta.id == o.meta.id) {
+                    l2.push(Arc::clone(o));
+                }
+            }
+        }
+        let l2 = sorted_by_key(l2);
+        let mut grandparents: Vec<Arc<TableHandle>> = Vec::new();
+        for (lo, hi) in group_ranges(&l1, &l2) {
+            grandparents.extend(v.overlapping(3, Some(&lo), Some(&hi)));
+        }
+        grandparents.dedup_by_key(|t| t.meta.id);
+        Some(Task {
+            kind: TaskKind::Leveled,
+            inputs: vec![(1, l1), (2, l2)],
+            output_level: 2,
+            grandparents,
+            cursor: None,
+        })
+    }
+
+    /// L1 → L2 when L1 has no good vSST: the run of adjacent idle L1
+    /// tables of at least SM bytes (or up to the end of L1) whose L2
+    /// overlap per byte is the lowest, merged as one group. Adjacent tables
+    /// share the L2 tables at their boundaries, which scattered poor vSSTs
+    /// would each drag in again.
+    pub fn pick_l1_window(&self, v: &Version, busy: &HashSet<u64>) -> Option<Task> {
+        let l1 = &v.levels[1];
+        let l2 = &v.levels[2];
+        let mut prefix = Vec::with_capacity(l2.len() + 1);
+        prefix.push(0u64);
+        for t in l2 {
+            prefix.push(prefix[prefix.len() - 1] + t.meta.size_bytes);
+        }
+        // (ratio, bytes, first, end, l2 first, l2 end)
+        let mut best: Option<(f64, u64, usize, usize, usize, usize)> = None;
+        for i in 0..l1.len() {
+            let mut sum = 0u64;
+            let mut j = i;
+            while j < l1.len() && sum < self.sst_size_bytes && !busy.contains(&l1[j].meta.id) {
+                sum += l1[j].meta.size_bytes;
+                j += 1;
+            }
+            if j == i || (sum < self.sst_size_bytes && j < l1.len()) {
+                continue; // a busy table cuts the window short
+            }
+            let (lo, hi) = (l1[i].smallest_user_key(), l1[j - 1].largest_user_key());
+            let a = l2.partition_point(|t| t.largest_user_key() < lo);
+            let b = l2.partition_point(|t| t.smallest_user_key() <= hi).max(a);
+            if l2[a..b].iter().any(|t| busy.contains(&t.meta.id)) {
+                continue;
+            }
+            let ratio = (prefix[b] - prefix[a]) as f64 / sum.max(1) as f64;
+            if best.is_none_or(|(r, n, ..)| ratio < r || (ratio == r && sum > n)) {
+                best = Some((ratio, sum, i, j, a, b));
+            }
+        }
+        let (_, _, i, j, a, b) = best?;
+        let inputs_l1 = l1[i..j].to_vec();
+        let inputs_l2 = l2[a..b].to_vec();
+        let (lo, hi) = user_range(inputs_l1.iter().chain(inputs_l2.iter()));
+        Some(Task {
+            kind: TaskKind::Leveled,
+            grandparents: v.overlapping(3, Some(&lo), Some(&hi)),
+            inputs: vec![(1, inputs_l1), (2, inputs_l2)],
+            output_level: 2,
+            cursor: None,
+        })
+    }
+
+    /// Ln → Ln+1 for n ≥ 2: the idle table with the smallest ratio of
+    /// overlapped next-level bytes to its size, moved down when it overlaps
+    /// nothing.
+    pub fn pick_level(&self, v: &Version, busy: &HashSet<u64>, level: usize) -> Option<Task> {
+        let mut best: Option<(f64, Arc<TableHandle>, Vec<Arc<TableHandle>>)> = None;
+        for t in &v.levels[level] {
+            if busy.contains(&t.meta.id) {
+                continue;
+            }
+            let next = v.overlapping(
+                level + 1,
+                Some(t.smallest_user_key()),
+                Some(t.largest_user_key()),
+            );
+            if next.iter().any(|n| busy.contains(&n.meta.id)) {
+                continue;
+            }
+            let overlap: u64 = next.iter().map(|n| n.meta.size_bytes).sum();
+            let ratio = overlap as f64 / t.meta.size_bytes.max(1) as f64;
+            if best.as_ref().is_none_or(|(r, _, _)| ratio < *r) {
+                best = Some((ratio, Arc::clone(t), next));
+            }
+        }
+        let (_, table, next) = best?;
+        let grandparents = v.overlapping(
+            level + 2,
+            Some(table.smallest_user_key()),
+            Some(table.largest_user_key()),
+        );
+        let gp_bytes: u64 = grandparents.iter().map(|g| g.meta.size_bytes).sum();
+        let kind = if next.is_empty()
+            && gp_bytes <= self.sst_size_bytes * MAX_GRANDPARENT_OVERLAP_FACTOR
+        {
+            TaskKind::TrivialMove
+        } else {
+            TaskKind::Leveled
+        };
+        Some(Task {
+            kind,
+            inputs: vec![(level, vec![table]), (level + 1, next)],
+            output_level: level + 1,
+            grandparents,
+            cursor: None,
+        })
+    }
+
+    /// L0's chain: room in L1 for the oldest L0 SST first, then that SST.
+    fn pick_l0_chain(&self, v: &Version, busy: &HashSet<u64>) -> Option<Task> {
+        let incoming = v.levels[0].last().map_or(0, |t| t.meta.size_bytes);
+        if v.level_count() > 2
+            && Self::idle_bytes(v, busy, 1) + incoming > self.level_target_bytes(1)
+        {
+            if let Some(t) = self.pick_l1(v, busy) {
+                return Some(t);
+            }
+        }
+        self.pick_l0(v, busy)
+    }
+
+    /// L1 → L2: merges each key-disjoint group of the task separately.
+    fn run_l1(&self, env: &JobEnv, task: &Task) -> Result<VersionEdit> {
+        let empty = Vec::new();
+        let l1 = task
+            .inputs
+            .iter()
+            .find(|(l, _)| *l == 1)
+            .map_or(&empty, |(_, t)| t);
+        let l2 = task
+            .inputs
+            .iter()
+            .find(|(l, _)| *l == 2)
+            .map_or(&empty, |(_, t)| t);
+        let mut edit = VersionEdit::default();
+        for (level, tables) in &task.inputs {
+            for t in tables {
+                edit.deleted_tables.push((*level as u32, t.meta.id));
+            }
+        }
+        let mut written: Vec<u64> = Vec::new();
+        let result = (|| -> Result<()> {
+            for (g1, g2) in groups(l1, l2) {
+                let (lo, hi) = user_range(g1.iter().chain(g2.iter()));
+                let grandparents = env.version.overlapping(3, Some(&lo), Some(&hi));
+                let mut children: Vec<Box<dyn InternalIterator>> =
+                    vec![Box::new(LevelIterator::new(g1, false))];
+                if !g2.is_empty() {
+                    children.push(Box::new(LevelIterator::new(g2, false)));
+                }
+                let mut merged = MergingIterator::new(children);
+                let spec = OutputSpec {
+                    level: 2,
+                    target_size_bytes: self.sst_size_bytes,
+                    grandparents: &grandparents,
+                    may_drop_tombstones: true,
+                };
+                for m in merge_to_ssts(env, &mut merged, &spec)? {
+                    written.push(m.id);
+                    edit.new_tables.push((2, m));
+                }
+            }
+            Ok(())
+        })();
+        if let Err(e) = result {
+            for id in written {
+                let _ = env.fs.remove(&env.dir.join(crate::sst::sst_file_name(id)));
+            }
+            return Err(e);
+        }
+        Ok(edit)
+    }
+}
+
+/// Tables sorted by smallest key.
+fn sorted_by_key(mut tables: Vec<Arc<TableHandle>>) -> Vec<Arc<TableHandle>> {
+    tables.sort_by(|a, b| a.smallest_user_key().cmp(b.smallest_user_key()));
+    tables
+}
+
+/// Smallest and largest user key over some tables.
+fn user_range<'a>(tables: impl IntoIterator<Item = &'a Arc<TableHandle>>) -> (Vec<u8>, Vec<u8>) {
+    let mut lo: Option<&[u8]> = None;
+    let mut hi: Option<&[u8]> = None;
+    for t in tables {
+        let (s, l) = (t.smallest_user_key(), t.largest_user_key());
+        if lo.is_none_or(|x| s < x) {
+            lo = Some(s);
+        }
+        if hi.is_none_or(|x| l > x) {
+            hi = Some(l);
+        }
+    }
+    (
+        lo.unwrap_or_default().to_vec(),
+        hi.unwrap_or_default().to_vec(),
+    )
+}
+
+/// L1 tables and the L2 tables merged with them.
+pub type Group = (Vec<Arc<TableHandle>>, Vec<Arc<TableHandle>>);
+
+/// Splits an L1 → L2 task (both lists sorted by key, the L2 list exactly
+/// the tables meeting the L1 list) into key-disjoint groups: each L1 table
+/// with the L2 tables it meets, groups joined while their ranges meet
+/// (sharing an L2 table is the only way they can).
+pub fn groups(l1: &[Arc<TableHandle>], l2: &[Arc<TableHandle>]) -> Vec<Group> {
+    // Each group with the largest user key of its range.
+    let mut out: Vec<(Group, Vec<u8>)> = Vec::new();
+    let mut j = 0; // first L2 table not yet given to a group
+    for t in l1 {
+        let (lo, hi) = (t.smallest_user_key(), t.largest_user_key());
+        // L2 tables of earlier groups end before this table can start.
+        let mut mine: Vec<Arc<TableHandle>> = Vec::new();
+        while j < l2.len() && l2[j].smallest_user_key() <= hi {
+            mine.push(Arc::clone(&l2[j]));
+            j += 1;
+        }
+        let mut end = hi.to_vec();
+        if let Some(m) = mine.last() {
+            end = end.max(m.largest_user_key().to_vec());
+        }
+        let joins = out.last().is_some_and(|(_, gend)| lo <= gend.as_slice());
+        match out.last_mut() {
+            Some((g, gend)) if joins => {
+                g.0.push(Arc::clone(t));
+                g.1.extend(mine);
+                if end > *gend {
+                    *gend = end;
+                }
+            }
+            _ => out.push(((vec![Arc::clone(t)], mine), end)),
+        }
+    }
+    debug_assert_eq!(j, l2.len(), "L2 inputs beyond the L1 inputs");
+    out.into_iter().map(|(g, _)| g).collect()
+}
+
+/// The key range of each group of an L1 → L2 task.
+fn group_ranges(l1: &[Arc<TableHandle>], l2: &[Arc<TableHandle>]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    groups(l1, l2)
+        .iter()
+        .map(|(a, b)| user_range(a.iter().chain(b.iter())))
+        .collect()
+}
+
+impl Design for Vlsm {
+    fn preset(&self) -> Preset {
+        Preset::Vlsm
+    }
+
+    fn flush(&self, env: &JobEnv, mem: &Arc<MemTable>) -> Result<VersionEdit> {
+        flush_to_l0_sst(env, mem)
+    }
+
+    fn pick(&self, v: &Version, busy: &HashSet<u64>) -> Option<Task> {
+        if v.levels[0].len() >= self.l0_max_ssts {
+            if let Some(t) = self.pick_l0_chain(v, busy) {
+                return Some(t);
+            }
+        }
+        let scores = self.scores(v, busy);
+        let mut order: Vec<usize> = (1..scores.len()).filter(|&l| scores[l] >= 1.0).collect();
+        order.sort_by(|a, b| scores[*b].total_cmp(&scores[*a]));
+        let deeper = order.into_iter().find_map(|level| {
+            if level == 1 {
+                self.pick_l1(v, busy)
+            } else {
+                self.pick_level(v, busy, level)
+            }
+        });
+        deeper.or_else(|| self.pick_l0_chain(v, busy))
+    }
+
+    fn pick_manual(
+        &self,
+        v: &Version,
+        busy: &HashSet<u64>,
+        level: usize,
+        lo: Option<&[u8]>,
+        hi: Option<&[u8]>,
+    ) -> Option<Task> {
+        pick_manual_range(v, busy, level, lo, hi)
+    }
+
+    fn run(&self, env: &JobEnv, task: &Task) -> Result<VersionEdit> {
+        let from_l1 = task.inputs.first().is_some_and(|(l, _)| *l == 1);
+        if task.kind == TaskKind::Leveled && from_l1 {
+            self.run_l1(env, task)
+        } else {
+            run_merge(env, task, self.sst_size_bytes)
+        }
+    }
+
+    fn write_control(&self, v: &Version, immutable_count: usize) -> WriteControl {
+        let _ = immutable_count; // a full L0 queue holds flushes back instead
+        let pending = self.pending_compaction_bytes(v);
+        if pending >= self.pending_hard_bytes {
+            WriteControl::Stop(StallCause::PendingCompactionStop)
+        } else if pending >= self.pending_soft_bytes {
+            WriteControl::Delay(StallCause::PendingCompactionSlowdown)
+        } else {
+            WriteControl::Proceed
+        }
+    }
+
+    fn flush_blocked(&self, v: &Version) -> Option<StallCause> {
+        (v.levels[0].len() >= self.l0_max_ssts).then_some(StallCause::L0Stop)
+    }
+
+    fn debt(&self, v: &Version) -> u64 {
+        v.levels[0].len() as u64 + (self.pending_compaction_bytes(v) >> 20)
+    }
+}
