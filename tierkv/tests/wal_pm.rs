@@ -169,6 +169,55 @@ fn read_with_offsets(region: Arc<dyn PmRegion>, first: u64, log: u64) -> Vec<(u6
 
 const EXTENT_4: u64 = EXTENT_HEADER_BYTES + 4 * 32 * 1024;
 
+/// A source with no run longer than `max` bytes (a fragmented region).
+struct FragmentedSource {
+    inner: Arc<TestSource>,
+    max: u64,
+}
+
+impl ExtentSource for FragmentedSource {
+    fn alloc_extent(&self, len_bytes: u64) -> Result<Option<u64>> {
+        if len_bytes > self.max {
+            return Ok(None);
+        }
+        self.inner.alloc_extent(len_bytes)
+    }
+    fn free_extent(&self, offset: u64, len_bytes: u64) -> Result<()> {
+        self.inner.free_extent(offset, len_bytes)
+    }
+}
+
+#[test]
+fn a_fragmented_region_gets_shorter_extents_instead_of_failing() {
+    // Extents of 8 blocks are asked for; the region has no run longer than
+    // 4 blocks, then 1: the log goes on in shorter extents, each header
+    // recording its length.
+    for (max_blocks, log) in [(4u64, 43u64), (1, 44)] {
+        let sim = Arc::new(SimRegion::new(8 << 20));
+        let region: Arc<dyn PmRegion> = sim.clone();
+        let source = Arc::new(FragmentedSource {
+            inner: TestSource::new(sim.len()),
+            max: extent_len_for_blocks(max_blocks),
+        });
+        let sink = PmLog::create(region.clone(), source, log, extent_len_for_blocks(8)).unwrap();
+        let first = sink.first_extent();
+        let mut w = Writer::new(sink, log);
+        let recs = records(log, 150);
+        for r in &recs {
+            w.add_record(r).unwrap();
+        }
+        w.sync().unwrap();
+        let extents = w.sink().extents();
+        assert!(extents.len() > 2);
+        assert!(extents
+            .iter()
+            .all(|&(_, l)| l == extent_len_for_blocks(max_blocks)));
+        let mut r = PmLog::open_for_read(region.clone(), first, log).unwrap();
+        assert_eq!(read_ok(&mut r), recs);
+        assert_eq!(PmLog::extents(region.as_ref(), first).unwrap(), extents);
+    }
+}
+
 #[test]
 fn roundtrip_over_an_extent_chain_with_one_persist_per_sync() {
     let sim = Arc::new(SimRegion::new(8 << 20));

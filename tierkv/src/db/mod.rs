@@ -179,7 +179,7 @@ struct State {
     delay_rate_bytes_per_sec: f64,
     last_debt: u64,
     /// Write-controller verdict and debt for (version-set generation, imm count).
-    control_cache: Option<((u64, usize), WriteControl, u64)>,
+    control_cache: Option<((u64, usize, u64), WriteControl, u64)>,
 }
 
 struct Inner {
@@ -1065,7 +1065,11 @@ impl Inner {
             }
             // The verdict depends only on the versions and the memtable
             // backlog: compute it once per change, not once per write.
-            let key = (self.versions.generation(), st.mem.imm_count());
+            let key = (
+                self.versions.generation(),
+                st.mem.imm_count(),
+                self.design.write_control_epoch(),
+            );
             let (control, debt) = match st.control_cache {
                 Some((k, c, d)) if k == key => (c, d),
                 _ => {

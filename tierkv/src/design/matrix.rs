@@ -221,6 +221,10 @@ impl Design for Matrix {
         self.c.write_control(immutable_count)
     }
 
+    fn write_control_epoch(&self) -> u64 {
+        self.c.write_control_epoch()
+    }
+
     fn install(&self, ctx: &Arc<TableContext>) {
         self.c.install(ctx);
     }

@@ -142,6 +142,16 @@ pub trait Design: Send + Sync {
     /// immutable memtables waiting to be flushed.
     fn write_control(&self, v: &Version, immutable_count: usize) -> WriteControl;
 
+    /// A number that changes whenever [`Design::write_control`] may answer
+    /// differently for the same versions and memtable backlog (the engine
+    /// caches the verdict until one of the three changes). The default, 0,
+    /// suits verdicts that depend on the version alone; a PM design whose
+    /// verdict follows the free PM (which the WAL consumes write by write)
+    /// returns a coarse measure of it.
+    fn write_control_epoch(&self) -> u64 {
+        0
+    }
+
     /// Whether the flush target is full. `None` (the default): flush now.
     /// `Some(cause)`: the engine holds immutable memtables back until
     /// background work makes room (it keeps asking the picker), and writers

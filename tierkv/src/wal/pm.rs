@@ -59,7 +59,10 @@
 //!
 //! # Full region
 //!
-//! When the [`ExtentSource`] has no space (`Ok(None)`), [`PmSink`] returns an
+//! When the [`ExtentSource`] has no run of `extent_len` bytes, the sink asks
+//! for half as many blocks, then a quarter, down to one block (a fragmented
+//! region still takes the log; every header records its extent's length).
+//! When it has no space even for that (`Ok(None)`), [`PmSink`] returns an
 //! `Error::Io` with `ENOSPC` that [`is_pm_full`] recognises. The writer asks
 //! for the space of a whole record before writing any of it
 //! ([`LogSink::reserve`]), so the log is left intact and the engine can
@@ -360,6 +363,8 @@ impl PmLog {
 #[derive(Debug, Clone, Copy)]
 struct SinkExtent {
     offset: u64,
+    /// Bytes allocated for it.
+    len: u64,
     /// Log bytes it holds (a multiple of the block size).
     cap: u64,
 }
@@ -393,10 +398,7 @@ impl PmSink {
 
     /// The extents `(offset, len_bytes)` linked so far, in chain order.
     pub fn extents(&self) -> Vec<(u64, u64)> {
-        self.extents
-            .iter()
-            .map(|e| (e.offset, self.extent_len))
-            .collect()
+        self.extents.iter().map(|e| (e.offset, e.len)).collect()
     }
 
     fn data_offset(&self, extent: usize, pos: u64) -> u64 {
@@ -404,11 +406,21 @@ impl PmSink {
     }
 
     /// Allocates, initialises and links a new extent at the end of the chain.
+    /// When no run of `extent_len` bytes is free (a fragmented region), it
+    /// takes the largest run of half, a quarter, … of the blocks, down to
+    /// one block: every extent header records its own length.
     fn grow(&mut self) -> Result<()> {
         let region = self.region.as_ref();
-        let len = self.extent_len;
-        let Some(offset) = self.source.alloc_extent(len)? else {
-            return Err(pm_full(region, self.log_number, len));
+        let mut len = self.extent_len;
+        let offset = loop {
+            if let Some(offset) = self.source.alloc_extent(len)? {
+                break offset;
+            }
+            let blocks = blocks_per_extent(len);
+            if blocks <= 1 {
+                return Err(pm_full(region, self.log_number, self.extent_len));
+            }
+            len = extent_len_for_blocks(blocks / 2);
         };
         let fits = offset
             .checked_add(len)
@@ -436,6 +448,7 @@ impl PmSink {
         }
         self.extents.push(SinkExtent {
             offset,
+            len,
             cap: blocks_per_extent(len) * BLOCK,
         });
         Ok(())

@@ -570,10 +570,19 @@ impl Config {
         // being written (`write_control`), and sides take priority once PM
         // could not take one more row (`l0_score`).
         let mem = opts.memtable_size_bytes as u64;
-        let extent_pages = (mem / 16).clamp(16 << 10, 2 << 20).div_ceil(PAGE);
+        let wal_on_pm = opts.wal_placement() == crate::WalPlacement::Pm;
+        // Data extents: about 1/16 of a memtable — or exactly a PM WAL
+        // extent when that is not much larger, so that the runs compaction
+        // frees are the contiguous runs the WAL asks for (a fragmented PM
+        // tier would otherwise fail a WAL with free space to spare).
+        let extent_pages = if wal_on_pm && wal_extent_bytes <= mem / 2 {
+            wal_extent_bytes.div_ceil(PAGE)
+        } else {
+            (mem / 16).clamp(16 << 10, 2 << 20).div_ceil(PAGE)
+        };
         let row_estimate_bytes = mem + mem / 64 + (mem / (extent_pages * PAGE) + 3) * PAGE;
-        let wal_reserve_bytes = if opts.wal_placement() == crate::WalPlacement::Pm {
-            mem + 2 * wal_extent_bytes
+        let wal_reserve_bytes = if wal_on_pm {
+            mem + 3 * wal_extent_bytes
         } else {
             0
         };
@@ -764,6 +773,14 @@ impl Container {
         } else {
             WriteControl::Proceed
         }
+    }
+
+    /// Changes whenever free PM moves by a WAL extent (or a 64th of a
+    /// memtable, if smaller): the write-control verdict follows free PM,
+    /// which each write's WAL record consumes.
+    pub fn write_control_epoch(&self) -> u64 {
+        let step = (self.cfg.wal_reserve_bytes / 64).max(PAGE) / PAGE;
+        self.pm.allocator().free_pages() / step
     }
 
     /// The L1+ picker on a copy of `v` without its rows.
@@ -1212,9 +1229,11 @@ impl Container {
             if start.elapsed() > PM_WAIT_LIMIT {
                 return Err(Error::io(
                     format!(
-                        "{}: PM tier full: no run of {min} free pages for a RowTable after {} s",
+                        "{}: PM tier full: no run of {min} free pages for a RowTable after {} s \
+                         ({} pages free)",
                         self.region.name(),
-                        PM_WAIT_LIMIT.as_secs()
+                        PM_WAIT_LIMIT.as_secs(),
+                        alloc.free_pages()
                     ),
                     std::io::Error::from_raw_os_error(28),
                 ));
@@ -1697,14 +1716,13 @@ impl RowSizer {
     /// are about `want` (never `lo` itself); `None` if no key splits it.
     pub fn split(&self, lo: &[u8], hi: Option<&[u8]>, want: u64) -> Option<Vec<u8>> {
         // Candidate keys: the live entries of the row with most of them.
-        let (r, c) = self.rows.iter().max_by_key(|(r, c)| {
+        let (r, _) = self.rows.iter().max_by_key(|(r, c)| {
             let a = r.lower_bound_user(lo);
             let b = hi.map_or(r.len(), |h| r.lower_bound_user(h));
             live_count(c, a, b)
         })?;
         let a = r.lower_bound_user(lo);
         let b = hi.map_or(r.len(), |h| r.lower_bound_user(h));
-        let _ = c;
         let (mut l, mut h) = (a + 1, b);
         while l < h {
             let mid = l + (h - l) / 2;
@@ -1714,7 +1732,10 @@ impl RowSizer {
                 h = mid;
             }
         }
-        let k = if l < b { r.user_key(l) } else { return None };
+        if l >= b {
+            return None;
+        }
+        let k = r.user_key(l);
         (k > lo).then(|| k.to_vec())
     }
 }

@@ -120,7 +120,8 @@ impl TableReader for ContainerView {
             let n = row.t.len();
             let (lo, hi) = window.unwrap_or((0, n));
             let j = row.t.lower_bound(&p, lo, hi);
-            if j < n && row.t.user_key(j) == user_key {
+            // The prefix settles most misses without reading the key area.
+            if j < n && row.t.prefix(j) == p.prefix && row.t.user_key(j) == user_key {
                 return Ok(row.t.found(j));
             }
             window = (self.hints && row.linked).then(|| row.t.hint_window(j));

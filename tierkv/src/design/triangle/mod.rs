@@ -160,6 +160,10 @@ impl Design for Triangle {
         self.c.write_control(immutable_count)
     }
 
+    fn write_control_epoch(&self) -> u64 {
+        self.c.write_control_epoch()
+    }
+
     fn install(&self, ctx: &Arc<TableContext>) {
         self.c.install(ctx);
     }
