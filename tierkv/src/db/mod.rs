@@ -1398,10 +1398,16 @@ impl Inner {
         let env = self.job_env(v);
         let mut edit = self.design.run(&env, task)?;
         edit.region = region as u32;
+        // What the job wrote: its new tables at the output level (a PM
+        // design's edit may also re-list a table it gave pages back from).
         let output_bytes: u64 = if task.kind == design::TaskKind::TrivialMove {
             0
         } else {
-            edit.new_tables.iter().map(|(_, m)| m.size_bytes).sum()
+            edit.new_tables
+                .iter()
+                .filter(|(l, _)| *l as usize == task.output_level)
+                .map(|(_, m)| m.size_bytes)
+                .sum()
         };
         self.versions
             .log_and_apply(edit, self.last_seq.load(Ordering::Acquire))?;

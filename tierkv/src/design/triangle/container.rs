@@ -537,7 +537,7 @@ pub struct Config {
     pub limit_bytes: u64,
     /// Upper bound of the PM a flushed memtable takes.
     pub row_estimate_bytes: u64,
-    /// PM kept free for the WAL of the memtable being written.
+    /// PM kept free beyond the rows owed, for the WAL (a few extents).
     pub wal_reserve_bytes: u64,
     /// Target data extent size, in pages.
     pub extent_pages: u64,
@@ -560,15 +560,17 @@ impl Config {
     /// Sizes for `opts` on a PM tier of `capacity_bytes` data bytes whose
     /// WAL extents are `wal_extent_bytes` long.
     pub fn new(opts: &Options, capacity_bytes: u64, wal_extent_bytes: u64) -> Result<Config> {
-        // PM accounting. A memtable's WAL grows to at most `wal_reserve`
-        // while it is written; its flush then adds a row of at most
-        // `row_estimate`, and the WAL is freed only once the row is
-        // durable. The flush sets its pages aside before it pins a version
-        // (`prepare_flush`), waiting for sides to free some if needed; so
-        // writes stop only when PM could not take the rows of the
-        // memtables waiting to be flushed plus the WAL growth of the one
-        // being written (`write_control`), and sides take priority once PM
-        // could not take one more row (`l0_score`).
+        // PM accounting. A memtable's WAL grows while it is written (to
+        // about a memtable); its flush then adds a row of at most
+        // `row_estimate`, and the WAL is freed only once the row is durable.
+        // The flush sets its pages aside before it pins a version
+        // (`prepare_flush`), waiting for sides to free some if needed, so
+        // PM may fill: writes stop only when it could not take the rows of
+        // the memtables waiting to be flushed plus a few WAL extents
+        // (`write_control`), and sides take priority once it could not take
+        // two more rows (`l0_score`). Progress: with two WALs and a row
+        // guaranteed to fit (`floor`), what the WALs do not hold is
+        // container, which sides can always free.
         let mem = opts.memtable_size_bytes as u64;
         let wal_on_pm = opts.wal_placement() == crate::WalPlacement::Pm;
         // Data extents: about 1/16 of a memtable — or exactly a PM WAL
@@ -581,14 +583,14 @@ impl Config {
             (mem / 16).clamp(16 << 10, 2 << 20).div_ceil(PAGE)
         };
         let row_estimate_bytes = mem + mem / 64 + (mem / (extent_pages * PAGE) + 3) * PAGE;
-        let wal_reserve_bytes = if wal_on_pm {
-            mem + 3 * wal_extent_bytes
+        let (wal_bytes, wal_reserve_bytes) = if wal_on_pm {
+            (mem + 3 * wal_extent_bytes, 3 * wal_extent_bytes)
         } else {
-            0
+            (0, 0)
         };
         // Two WALs (the memtable being written and the one being flushed)
         // and the row of one.
-        let floor = 2 * wal_reserve_bytes + row_estimate_bytes;
+        let floor = 2 * wal_bytes + row_estimate_bytes;
         if capacity_bytes < floor {
             return Err(Error::InvalidOptions(format!(
                 "`pm_size_bytes` = {} is too small for design `{}`: its {} data bytes must hold \
@@ -763,8 +765,7 @@ impl Container {
 
     /// The write controller: writes stop (a recorded `PmFull` stall) only
     /// when PM could not take the rows of the memtables waiting to be
-    /// flushed plus the WAL growth of the one being written (see
-    /// [`Config::new`]).
+    /// flushed plus a few WAL extents (see [`Config::new`]).
     pub fn write_control(&self, immutable_count: usize) -> WriteControl {
         let need =
             immutable_count as u64 * self.cfg.row_estimate_bytes + self.cfg.wal_reserve_bytes;
@@ -775,11 +776,11 @@ impl Container {
         }
     }
 
-    /// Changes whenever free PM moves by a WAL extent (or a 64th of a
-    /// memtable, if smaller): the write-control verdict follows free PM,
-    /// which each write's WAL record consumes.
+    /// Changes whenever free PM moves by a 64th of a memtable: the
+    /// write-control verdict follows free PM, which each write's WAL record
+    /// consumes.
     pub fn write_control_epoch(&self) -> u64 {
-        let step = (self.cfg.wal_reserve_bytes / 64).max(PAGE) / PAGE;
+        let step = (self.cfg.row_estimate_bytes / 64).max(PAGE) / PAGE;
         self.pm.allocator().free_pages() / step
     }
 
@@ -805,48 +806,50 @@ impl Container {
     /// version references any more).
     pub fn prepare_flush(&self, mem: &Arc<MemTable>) -> Result<()> {
         self.release_reservation();
-        let extent_bytes = self.cfg.extent_pages * PAGE;
         let mut it = mem.iter();
         it.seek_to_first();
-        let (mut n, mut keys, mut values, mut extents) = (0u64, 0u64, 0u64, 2u64);
+        let (mut n, mut keys, mut values, mut value_pages_max) = (0u64, 0u64, 0u64, 0u64);
         while it.valid() {
             n += 1;
             keys += it.key().len() as u64;
             let v = it.value().len() as u64;
             values += v;
-            if v > extent_bytes {
-                extents += 1;
-            }
+            value_pages_max = value_pages_max.max(v.div_ceil(PAGE));
             it.next();
         }
         if n == 0 {
             return Ok(());
         }
-        extents += values / extent_bytes;
-        let meta_pages = (rowtable::HEADER_BYTES as u64
-            + rowtable::EXTENT_BYTES as u64 * extents
-            + rowtable::ELEMENT_BYTES as u64 * n
-            + keys)
-            .div_ceil(PAGE);
-        let mut data_pages = values.div_ceil(PAGE) + extents;
-        let meta = self.alloc_wait(meta_pages, meta_pages)?;
-        let mut r = Reservation {
-            meta: vec![meta],
-            data: Vec::new(),
-        };
-        while data_pages > 0 {
-            match self.alloc_wait(data_pages.min(self.cfg.extent_pages), 1) {
-                Ok(run) => {
-                    data_pages = data_pages.saturating_sub(run.count);
-                    r.data.push(run);
-                }
-                Err(e) => {
-                    for run in r.meta.iter().chain(&r.data) {
-                        let _ = self.pm.free_pages(*run);
-                    }
-                    return Err(e);
-                }
+        let mut r = Reservation::default();
+        let result = (|| -> Result<()> {
+            // Data: runs that each take any value (at least the largest
+            // value's pages); a run leaves fewer than that many pages unused
+            // at its end (the value that did not fit goes to the next run).
+            let need = values.div_ceil(PAGE);
+            let mut covered = 0u64;
+            while values > 0 && covered < need {
+                let want = (need - covered + value_pages_max)
+                    .min(self.cfg.extent_pages)
+                    .max(value_pages_max);
+                let run = self.alloc_wait(want, value_pages_max)?;
+                covered += run.count + 1 - value_pages_max;
+                r.data.push(run);
             }
+            // Metadata: the extent table has at most one extent per run.
+            let extents = r.data.len() as u64 + 1;
+            let meta_pages = (rowtable::HEADER_BYTES as u64
+                + rowtable::EXTENT_BYTES as u64 * extents
+                + rowtable::ELEMENT_BYTES as u64 * n
+                + keys)
+                .div_ceil(PAGE);
+            r.meta.push(self.alloc_wait(meta_pages, meta_pages)?);
+            Ok(())
+        })();
+        if let Err(e) = result {
+            for run in r.meta.iter().chain(&r.data) {
+                let _ = self.pm.free_pages(*run);
+            }
+            return Err(e);
         }
         *self.reserved.lock() = r;
         Ok(())
