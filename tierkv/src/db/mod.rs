@@ -772,10 +772,13 @@ impl Replay {
     }
 }
 
+/// Receives each replayed WAL record with its source name and offset.
+type RecordSink<'a> = dyn FnMut(Vec<u8>, &str, u64) -> Result<()> + 'a;
+
 /// Feeds every record of a log to `apply`; returns the torn-tail offset.
 fn replay_log<S: wal::LogSource>(
     mut reader: wal::Reader<S>,
-    apply: &mut dyn FnMut(Vec<u8>, &str, u64) -> Result<()>,
+    apply: &mut RecordSink<'_>,
 ) -> Result<Option<u64>> {
     let name = reader.source_name().to_string();
     while let Some(record) = reader.next_record()? {
