@@ -98,7 +98,7 @@ struct BenchArgs {
     #[arg(long = "report_interval_seconds", default_value_t = 0)]
     report_interval_seconds: u64,
     /// SSD base directory (each configuration gets a subdirectory).
-    #[arg(long = "db", default_value = "/work/tierkv-bench-data")]
+    #[arg(long = "db", default_value_os_t = default_db_dir())]
     db: PathBuf,
     /// PM base directory (default /dev/shm/tierkv-bench-<pid>).
     #[arg(long = "pm_dir")]
@@ -179,6 +179,12 @@ struct BenchArgs {
     /// Keep the databases after the run.
     #[arg(long = "keep_db", num_args = 0..=1, default_value = "0", default_missing_value = "1", value_parser = parse_flag)]
     keep_db: bool,
+}
+
+/// `$TMPDIR/tierkv-bench-data`: works on any machine without flags; pass
+/// `--db` to measure on a chosen SSD.
+fn default_db_dir() -> PathBuf {
+    std::env::temp_dir().join("tierkv-bench-data")
 }
 
 fn plan_from(args: &BenchArgs, configs: Vec<Config>, default_scale: Scale) -> Result<Plan> {

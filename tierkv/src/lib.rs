@@ -6,6 +6,7 @@
 
 #![deny(missing_docs)]
 #![warn(clippy::unwrap_used)]
+#![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod batch;
 pub mod coding;

@@ -88,11 +88,9 @@ impl MemTable {
 
     /// Inserts every record of a committed batch (seqnos from the batch header).
     pub fn apply(&self, batch: &WriteBatch) -> Result<()> {
-        let mut seq = batch.seqno();
-        for r in batch.iter() {
+        for (seq, r) in (batch.seqno()..).zip(batch.iter()) {
             let (kind, k, v) = r?;
             self.add(seq, kind, k, v);
-            seq += 1;
         }
         Ok(())
     }

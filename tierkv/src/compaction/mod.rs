@@ -236,9 +236,7 @@ impl<'a, 'e> Outputs<'a, 'e> {
 /// True if no level below `level` in `v` can contain `user_key`.
 /// `cursor[l]` is a per-level position hint for keys arriving in order.
 fn is_base_level_for_key(v: &Version, level: usize, user_key: &[u8], cursor: &mut [usize]) -> bool {
-    for l in (level + 1)..v.level_count() {
-        let tables = &v.levels[l];
-        let c = &mut cursor[l];
+    for (tables, c) in v.levels.iter().zip(cursor.iter_mut()).skip(level + 1) {
         while *c < tables.len() && tables[*c].largest_user_key() < user_key {
             *c += 1;
         }

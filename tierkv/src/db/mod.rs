@@ -200,6 +200,8 @@ struct Inner {
     writers: Mutex<VecDeque<Arc<Writer>>>,
     writers_cv: Condvar,
     log: Mutex<LogWriter>,
+    /// SSD WALs retired by memtable switches and not yet synced.
+    closed_logs: Mutex<Vec<LogWriter>>,
     super_version: RwLock<Arc<SuperVersion>>,
     last_seq: AtomicU64,
     snapshots: Arc<Mutex<BTreeMap<SeqNo, usize>>>,
@@ -365,6 +367,7 @@ impl Db {
             writers: Mutex::new(VecDeque::new()),
             writers_cv: Condvar::new(),
             log: Mutex::new(log),
+            closed_logs: Mutex::new(Vec::new()),
             super_version: RwLock::new(Arc::new(sv)),
             last_seq: AtomicU64::new(replay.last_seq),
             snapshots: Arc::new(Mutex::new(BTreeMap::new())),
@@ -595,7 +598,10 @@ impl Db {
         }
         // Wait for queued writers to drain, then make the WAL durable.
         let _w = self.inner.writers.lock();
-        let r = self.inner.log.lock().sync();
+        let r = self
+            .inner
+            .sync_closed_logs()
+            .and_then(|()| self.inner.log.lock().sync());
         self.inner.release_obsolete();
         self.inner.versions.close();
         r
@@ -789,10 +795,13 @@ impl Replay {
     }
 }
 
+/// Receives each replayed WAL record with its source name and offset.
+type RecordSink<'a> = dyn FnMut(Vec<u8>, &str, u64) -> Result<()> + 'a;
+
 /// Feeds every record of a log to `apply`; returns the torn-tail offset.
 fn replay_log<S: wal::LogSource>(
     mut reader: wal::Reader<S>,
-    apply: &mut dyn FnMut(Vec<u8>, &str, u64) -> Result<()>,
+    apply: &mut RecordSink<'_>,
 ) -> Result<Option<u64>> {
     let name = reader.source_name().to_string();
     while let Some(record) = reader.next_record()? {
@@ -983,6 +992,10 @@ impl Inner {
             let mut log = self.log.lock();
             let before = log.bytes_written();
             let r = log.add_record(batch.encoded()).and_then(|()| {
+                if sync && !log.is_pm() {
+                    // Closed WALs first, so a crash keeps a prefix of the writes.
+                    self.sync_closed_logs()?;
+                }
                 if sync || log.is_pm() {
                     log.sync()
                 } else {
@@ -1135,8 +1148,7 @@ impl Inner {
                 self.stats.record_stall(start, cause);
                 continue;
             }
-            // Switch: the old WAL is synced so recovery always sees a prefix
-            // of the acknowledged writes.
+            // Switch to a new WAL and memtable.
             let n = self.versions.new_file_number();
             let (log, pm_wal) = new_log(&self.opts, &self.fs, &self.dir, self.pm.as_deref(), n)?;
             if let Some(w) = pm_wal {
@@ -1147,14 +1159,12 @@ impl Inner {
                 self.versions
                     .log_and_apply(edit, self.last_seq.load(Ordering::Acquire))?;
             }
-            {
-                let mut old = self.log.lock();
-                if let Err(e) = old.sync() {
-                    drop(old);
-                    self.set_bg_error(&e);
-                    return Err(e);
-                }
-                *old = log;
+            // The old WAL is synced in the background (by the next flush, or
+            // first thing by a later sync write), never here in the write
+            // path: an fsync of a whole memtable's log would stall writers.
+            let old = std::mem::replace(&mut *self.log.lock(), log);
+            if !old.is_pm() {
+                self.closed_logs.lock().push(old);
             }
             if pm_wal.is_none() {
                 st.mem.ssd_wals.push_back(n);
@@ -1339,7 +1349,18 @@ impl Inner {
     }
 
     /// Flushes `mem`, the oldest immutable memtable of `region`.
+    /// Syncs (and closes) the WALs retired since the last call.
+    fn sync_closed_logs(&self) -> Result<()> {
+        let mut closed = self.closed_logs.lock();
+        for mut log in closed.drain(..) {
+            log.sync()?;
+        }
+        Ok(())
+    }
+
     fn run_flush(&self, region: usize, mem: &Arc<MemTable>) -> Result<()> {
+        // As RocksDB's flush job does: make the retired WALs durable first.
+        self.sync_closed_logs()?;
         let start = Instant::now();
         self.design.prepare_flush(mem)?;
         let env = self.job_env(self.versions.current_in(region));

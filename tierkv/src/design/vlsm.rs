@@ -368,46 +368,7 @@ impl Vlsm {
     /// overlapped next-level bytes to its size, moved down when it overlaps
     /// nothing.
     pub fn pick_level(&self, v: &Version, busy: &HashSet<u64>, level: usize) -> Option<Task> {
-        let mut best: Option<(f64, Arc<TableHandle>, Vec<Arc<TableHandle>>)> = None;
-        for t in &v.levels[level] {
-            if busy.contains(&t.meta.id) {
-                continue;
-            }
-            let next = v.overlapping(
-                level + 1,
-                Some(t.smallest_user_key()),
-                Some(t.largest_user_key()),
-            );
-            if next.iter().any(|n| busy.contains(&n.meta.id)) {
-                continue;
-            }
-            let overlap: u64 = next.iter().map(|n| n.meta.size_bytes).sum();
-            let ratio = overlap as f64 / t.meta.size_bytes.max(1) as f64;
-            if best.as_ref().is_none_or(|(r, _, _)| ratio < *r) {
-                best = Some((ratio, Arc::clone(t), next));
-            }
-        }
-        let (_, table, next) = best?;
-        let grandparents = v.overlapping(
-            level + 2,
-            Some(table.smallest_user_key()),
-            Some(table.largest_user_key()),
-        );
-        let gp_bytes: u64 = grandparents.iter().map(|g| g.meta.size_bytes).sum();
-        let kind = if next.is_empty()
-            && gp_bytes <= self.sst_size_bytes * MAX_GRANDPARENT_OVERLAP_FACTOR
-        {
-            TaskKind::TrivialMove
-        } else {
-            TaskKind::Leveled
-        };
-        Some(Task {
-            kind,
-            inputs: vec![(level, vec![table]), (level + 1, next)],
-            output_level: level + 1,
-            grandparents,
-            cursor: None,
-        })
+        super::classic::pick_min_overlap(v, busy, level, self.sst_size_bytes)
     }
 
     /// L0's chain: room in L1 for the oldest L0 SST first, then that SST.
