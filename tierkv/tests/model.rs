@@ -107,6 +107,29 @@ fn value(rng: &mut SmallRng) -> Vec<u8> {
     (0..len).map(|i| b.wrapping_add(i as u8)).collect()
 }
 
+/// What differs between the database and the model (`TIERKV_MODEL_DIFF`).
+fn print_diff(got: &Model, want: &Model) {
+    for (k, v) in want {
+        match got.get(k) {
+            None => eprintln!("missing {:?}", String::from_utf8_lossy(k)),
+            Some(g) if g != v => eprintln!(
+                "differs {:?}: {} vs {} bytes; got {:?} want {:?}",
+                String::from_utf8_lossy(k),
+                g.len(),
+                v.len(),
+                &g[..8.min(g.len())],
+                &v[..8.min(v.len())]
+            ),
+            _ => {}
+        }
+    }
+    for k in got.keys() {
+        if !want.contains_key(k) {
+            eprintln!("extra {:?}", String::from_utf8_lossy(k));
+        }
+    }
+}
+
 fn apply(model: &mut Model, ops: &[Op]) {
     for op in ops {
         match op {
@@ -336,11 +359,11 @@ impl Harness {
         // A clean close makes every write durable.
         self.durable = self.history.len();
         self.open();
-        assert_eq!(
-            self.full_contents(),
-            self.model,
-            "contents after clean reopen"
-        );
+        let got = self.full_contents();
+        if got != self.model && std::env::var_os("TIERKV_MODEL_DIFF").is_some() {
+            print_diff(&got, &self.model);
+        }
+        assert_eq!(got, self.model, "contents after clean reopen");
     }
 
     fn crash(&mut self) {
@@ -377,25 +400,7 @@ impl Harness {
             for ops in &self.history {
                 apply(&mut full, ops);
             }
-            for (k, v) in &full {
-                match got.get(k) {
-                    None => eprintln!("missing {:?}", String::from_utf8_lossy(k)),
-                    Some(g) if g != v => eprintln!(
-                        "differs {:?}: {} vs {} bytes; got {:?} want {:?}",
-                        String::from_utf8_lossy(k),
-                        g.len(),
-                        v.len(),
-                        &g[..8.min(g.len())],
-                        &v[..8.min(v.len())]
-                    ),
-                    _ => {}
-                }
-            }
-            for k in got.keys() {
-                if !full.contains_key(k) {
-                    eprintln!("extra {:?}", String::from_utf8_lossy(k));
-                }
-            }
+            print_diff(&got, &full);
         }
         assert!(
             got == m,
