@@ -475,7 +475,28 @@ impl Harness {
     }
 }
 
+/// Prints the engine's warnings (torn tails, failed frees) to stderr when
+/// `TIERKV_MODEL_DIFF` is set, tagged with the thread.
+struct StderrLog;
+
+impl log::Log for StderrLog {
+    fn enabled(&self, m: &log::Metadata) -> bool {
+        m.level() <= log::Level::Warn
+    }
+    fn log(&self, r: &log::Record) {
+        let t = std::thread::current();
+        eprintln!("[{} {}] {}", r.level(), t.name().unwrap_or("?"), r.args());
+    }
+    fn flush(&self) {}
+}
+
 fn run(setup: Setup) -> usize {
+    if std::env::var_os("TIERKV_MODEL_DIFF").is_some() {
+        static LOG: StderrLog = StderrLog;
+        if log::set_logger(&LOG).is_ok() {
+            log::set_max_level(log::LevelFilter::Warn);
+        }
+    }
     let only: Option<u64> = std::env::var("TIERKV_MODEL_SEED")
         .ok()
         .and_then(|s| s.parse().ok());

@@ -230,6 +230,21 @@ impl std::fmt::Debug for TableHandle {
     }
 }
 
+/// The tables an edit removed, not yet marked obsolete (see
+/// [`Version::apply_pending`]).
+#[must_use = "commit the removed tables once the edit is durable"]
+pub struct Removed(Vec<Arc<TableHandle>>);
+
+impl Removed {
+    /// Marks the removed tables obsolete: each is released when its last
+    /// reference goes.
+    pub fn commit(self) {
+        for t in &self.0 {
+            t.mark_obsolete();
+        }
+    }
+}
+
 /// An immutable set of tables arranged in levels.
 #[derive(Clone, Default)]
 pub struct Version {
@@ -374,6 +389,19 @@ impl Version {
     /// Applies an edit, producing the next version. Tables removed and not
     /// re-added are marked obsolete (released when their last reference goes).
     pub fn apply(&self, e: &VersionEdit, ctx: &Arc<TableContext>) -> Result<Version> {
+        let (v, removed) = self.apply_pending(e, ctx)?;
+        removed.commit();
+        Ok(v)
+    }
+
+    /// Like [`apply`](Self::apply), but the removed tables are marked
+    /// obsolete only when the caller commits them — after the edit is
+    /// durable. Dropping the [`Removed`] (the edit failed) keeps them live.
+    pub fn apply_pending(
+        &self,
+        e: &VersionEdit,
+        ctx: &Arc<TableContext>,
+    ) -> Result<(Version, Removed)> {
         let mut v = self.clone();
         v.generation += 1;
         let mut removed: Vec<Arc<TableHandle>> = Vec::new();
@@ -402,9 +430,6 @@ impl Version {
                 .ok_or_else(|| bad_level(level))?
                 .push(handle);
         }
-        for t in &removed {
-            t.mark_obsolete();
-        }
         for (level, cursor) in &e.compact_cursors {
             if let Some(c) = v.compact_cursors.get_mut(*level as usize) {
                 *c = cursor.clone();
@@ -419,7 +444,7 @@ impl Version {
             Some(build) => (0..v.levels.len()).map(|l| build(&v, l)).collect(),
             None => vec![None; v.levels.len()],
         };
-        Ok(v)
+        Ok((v, Removed(removed)))
     }
 
     fn sort_levels(&mut self) {

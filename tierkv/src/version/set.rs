@@ -36,7 +36,7 @@ use parking_lot::{Mutex, RwLock};
 use super::edit::{
     decode_current, encode_current, manifest_file_name, PmWal, RegionLayout, VersionEdit,
 };
-use super::{TableContext, Version};
+use super::{Removed, TableContext, Version};
 use crate::error::{Error, Result};
 use crate::key::SeqNo;
 use crate::stats::StatsRecorder;
@@ -54,6 +54,16 @@ pub fn wal_name(n: u64) -> String {
 struct Manifest {
     writer: LogWriter<FileSink>,
     number: u64,
+    /// The largest seqno recorded so far. Callers read the engine's last
+    /// seqno before they take the manifest lock, so edits can arrive with
+    /// values out of order; the recorded value never goes backwards
+    /// (invariant: it is ≥ every seqno in every table of the version).
+    last_seqno: SeqNo,
+    /// Set when a record failed to be written or synced: the file may or
+    /// may not hold it, so no later edit may follow it (the engine stops;
+    /// recovery reads whatever the file holds, and both states reference
+    /// only files that still exist).
+    failed: Option<String>,
 }
 
 /// What recovery found besides the version.
@@ -215,13 +225,23 @@ impl VersionSet {
                     next_file = Some(n);
                 }
                 if let Some(s) = e.last_seqno {
-                    rec.last_seqno = s;
+                    rec.last_seqno = rec.last_seqno.max(s);
                 }
                 pm_wals.extend(e.new_pm_wals.iter().copied());
                 pm_wals.retain(|w| !e.deleted_pm_wals.contains(&w.log_number));
             }
         }
         rec.log_number = rec.region_log_numbers.iter().copied().min().unwrap_or(0);
+        // Manifests written before the recorded seqno was kept monotonic may
+        // hold one below data already in tables: new writes must never get
+        // a seqno that an existing entry already has.
+        let in_tables = versions
+            .iter()
+            .flat_map(|v| v.levels.iter().flatten())
+            .map(|t| t.meta.seq_max)
+            .max()
+            .unwrap_or(0);
+        rec.last_seqno = rec.last_seqno.max(in_tables);
         if records == 0 {
             // A manifest is synced with its snapshot record before CURRENT
             // names it: an empty or torn first record is damage, not a tail.
@@ -313,13 +333,23 @@ impl VersionSet {
         mut edits: Vec<VersionEdit>,
         last_seqno: SeqNo,
     ) -> Result<()> {
-        let mut guard = self.manifest.lock();
-        let Some(first) = edits.first_mut() else {
+        if edits.is_empty() {
             return Ok(());
-        };
+        }
+        let mut guard = self.manifest.lock();
+        let m = guard.as_mut().ok_or(Error::Closed)?;
+        if let Some(why) = &m.failed {
+            return Err(Error::Background(format!(
+                "MANIFEST {} is unusable after a failed write: {why}",
+                m.number
+            )));
+        }
+        let first = &mut edits[0];
+        let last_seqno = last_seqno.max(m.last_seqno);
         first.next_file_number = Some(self.next_file_number.load(Ordering::Relaxed));
         first.last_seqno = Some(last_seqno);
         let mut next = self.current_all();
+        let mut removed = Vec::with_capacity(edits.len());
         for e in &edits {
             let v = next.get_mut(e.region as usize).ok_or_else(|| {
                 Error::InvalidArgument(format!(
@@ -327,14 +357,20 @@ impl VersionSet {
                     e.region, self.layout.count
                 ))
             })?;
-            *v = Arc::new(v.apply(e, &self.ctx)?);
+            let (applied, gone) = v.apply_pending(e, &self.ctx)?;
+            *v = Arc::new(applied);
+            removed.push(gone);
         }
-        let m = guard.as_mut().ok_or(Error::Closed)?;
         let mut buf = Vec::with_capacity(256);
         VersionEdit::encode_group(&edits, &mut buf);
         let before = m.writer.bytes_written();
-        m.writer.add_record(&buf)?;
-        m.writer.sync()?;
+        if let Err(e) = m.writer.add_record(&buf).and_then(|()| m.writer.sync()) {
+            m.failed = Some(e.to_string());
+            return Err(e);
+        }
+        m.last_seqno = last_seqno;
+        // Durable: only now may the removed tables' storage go.
+        removed.into_iter().for_each(Removed::commit);
         let written = m.writer.bytes_written() - before;
         self.stats.add_written(|w| w.manifest += written);
         {
@@ -362,6 +398,9 @@ impl VersionSet {
     /// points CURRENT at it; removes the previous manifest.
     fn write_new_manifest(&self, last_seqno: SeqNo) -> Result<()> {
         let mut guard = self.manifest.lock();
+        let last_seqno = guard
+            .as_ref()
+            .map_or(last_seqno, |m| m.last_seqno.max(last_seqno));
         let number = self.new_file_number();
         let path = self.dir.join(manifest_file_name(number));
         let file = self.fs.create(&path, WriteHint::default())?;
@@ -394,7 +433,12 @@ impl VersionSet {
         self.stats
             .add_written(|w| w.manifest += writer.bytes_written());
         set_current(self.fs.as_ref(), &self.dir, number)?;
-        if let Some(old) = guard.replace(Manifest { writer, number }) {
+        if let Some(old) = guard.replace(Manifest {
+            writer,
+            number,
+            last_seqno,
+            failed: None,
+        }) {
             let _ = self
                 .fs
                 .remove(&self.dir.join(manifest_file_name(old.number)));
@@ -417,4 +461,149 @@ fn set_current(fs: &dyn FileSystem, dir: &Path, number: u64) -> Result<()> {
     drop(f);
     fs.rename(&tmp, &dir.join("CURRENT"))?;
     fs.sync_dir(dir)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::key::{make_internal_key, Kind};
+    use crate::sst::TableCounters;
+    use crate::stats::Tier;
+    use crate::storage::fault::{FaultFs, FaultRule, Op};
+    use crate::storage::mem::MemFs;
+    use crate::version::edit::{TableFormat, TableMeta};
+
+    fn ctx(fs: &Arc<dyn FileSystem>, dir: &Path) -> Arc<TableContext> {
+        Arc::new(TableContext::new(
+            Arc::clone(fs),
+            dir.to_path_buf(),
+            None,
+            TableCounters::default(),
+            true,
+        ))
+    }
+
+    fn table(id: u64, seq_max: SeqNo) -> TableMeta {
+        TableMeta {
+            id,
+            tier: Tier::Ssd,
+            format: TableFormat::Sst,
+            size_bytes: 100,
+            smallest: make_internal_key(b"a", seq_max, Kind::Put),
+            largest: make_internal_key(b"z", seq_max, Kind::Put),
+            seq_min: seq_max,
+            seq_max,
+            entries: 1,
+            deletions: 0,
+            pm_pages: Vec::new(),
+        }
+    }
+
+    fn open(fs: &Arc<dyn FileSystem>, dir: &Path) -> (VersionSet, Recovered) {
+        let stats = Arc::new(StatsRecorder::new());
+        VersionSet::recover(Arc::clone(fs), dir, ctx(fs, dir), stats, 4, single_region()).unwrap()
+    }
+
+    /// Two jobs read the engine's last seqno before taking the manifest
+    /// lock; the one holding the older value logs last. The recorded seqno
+    /// must not go back below what the first job's table holds.
+    #[test]
+    fn recorded_seqno_never_goes_backwards() {
+        let mem: Arc<dyn FileSystem> = Arc::new(MemFs::new());
+        let dir = Path::new("/db");
+        mem.create_dir_all(dir).unwrap();
+        let stats = Arc::new(StatsRecorder::new());
+        let vs = VersionSet::create(
+            Arc::clone(&mem),
+            dir,
+            ctx(&mem, dir),
+            stats,
+            4,
+            single_region(),
+        )
+        .unwrap();
+        let flush = VersionEdit {
+            new_tables: vec![(0, table(vs.new_file_number(), 150))],
+            ..Default::default()
+        };
+        vs.log_and_apply(flush, 150).unwrap();
+        let compaction = VersionEdit::default();
+        vs.log_and_apply(compaction, 100).unwrap();
+        vs.close();
+        let (_, rec) = open(&mem, dir);
+        assert_eq!(rec.last_seqno, 150);
+    }
+
+    /// A manifest that already holds a seqno below a table's (written
+    /// before the fix) recovers to the table's.
+    #[test]
+    fn recovery_takes_seqnos_in_tables_into_account() {
+        let mem: Arc<dyn FileSystem> = Arc::new(MemFs::new());
+        let dir = Path::new("/db");
+        mem.create_dir_all(dir).unwrap();
+        let stats = Arc::new(StatsRecorder::new());
+        let vs = VersionSet::create(
+            Arc::clone(&mem),
+            dir,
+            ctx(&mem, dir),
+            stats,
+            4,
+            single_region(),
+        )
+        .unwrap();
+        // Simulate the old behaviour: log with a seqno below the table's.
+        let edit = VersionEdit {
+            new_tables: vec![(0, table(vs.new_file_number(), 150))],
+            ..Default::default()
+        };
+        vs.log_and_apply(edit, 90).unwrap();
+        vs.close();
+        let (_, rec) = open(&mem, dir);
+        assert_eq!(rec.last_seqno, 150);
+    }
+
+    /// A compaction whose manifest write fails must not release its input
+    /// tables (they are still in the current version), and no later edit
+    /// may follow the failed record.
+    #[test]
+    fn failed_edit_keeps_removed_tables_live() {
+        let mem: Arc<dyn FileSystem> = Arc::new(MemFs::new());
+        let dir = Path::new("/db");
+        mem.create_dir_all(dir).unwrap();
+        let fault = Arc::new(FaultFs::new(Arc::clone(&mem)));
+        let fs: Arc<dyn FileSystem> = fault.clone();
+        let stats = Arc::new(StatsRecorder::new());
+        let ctx = ctx(&fs, dir);
+        let vs = VersionSet::create(
+            Arc::clone(&fs),
+            dir,
+            Arc::clone(&ctx),
+            stats,
+            4,
+            single_region(),
+        )
+        .unwrap();
+        let id = vs.new_file_number();
+        let add = VersionEdit {
+            new_tables: vec![(1, table(id, 10))],
+            ..Default::default()
+        };
+        vs.log_and_apply(add, 10).unwrap();
+        fault.add_rule(FaultRule::new(Op::Sync).path_contains("MANIFEST"));
+        let remove = VersionEdit {
+            deleted_tables: vec![(1, id)],
+            ..Default::default()
+        };
+        assert!(vs.log_and_apply(remove, 10).is_err());
+        assert_eq!(vs.current().levels[1].len(), 1);
+        let Err(later) = vs.log_and_apply(VersionEdit::default(), 11) else {
+            panic!("an edit after a failed record was accepted");
+        };
+        assert!(later.to_string().contains("failed write"), "{later}");
+        // Dropping every version (as a close does) must not queue it.
+        vs.close();
+        drop(vs);
+        assert!(ctx.obsolete.lock().is_empty());
+    }
 }
