@@ -179,6 +179,10 @@ struct BenchArgs {
     /// Keep the databases after the run.
     #[arg(long = "keep_db", num_args = 0..=1, default_value = "0", default_missing_value = "1", value_parser = parse_flag)]
     keep_db: bool,
+    /// Print the engine's own statistics (tierkv: `tierkv.stats`: stalls
+    /// by cause, compactions, bytes per tier) after each configuration.
+    #[arg(long = "statistics", num_args = 0..=1, default_value = "0", default_missing_value = "1", value_parser = parse_flag)]
+    statistics: bool,
 }
 
 /// `$TMPDIR/tierkv-bench-data`: works on any machine without flags; pass
@@ -283,6 +287,7 @@ fn plan_from(args: &BenchArgs, configs: Vec<Config>, default_scale: Scale) -> Re
         db_base: args.db.clone(),
         pm_base,
         keep_db: args.keep_db,
+        statistics: args.statistics,
         json: args.json.clone(),
     })
 }

@@ -77,6 +77,8 @@ pub struct Plan {
     pub pm_base: PathBuf,
     /// Keep the databases after the run.
     pub keep_db: bool,
+    /// Print the engine's own statistics after each configuration.
+    pub statistics: bool,
     /// Write the records here after every configuration.
     pub json: Option<PathBuf>,
 }
@@ -251,6 +253,11 @@ pub fn run_config(plan: &Plan, config: &Config, rates: Option<&[f64]>) -> Result
             let _ = std::io::stdout().flush();
             records.push(rec);
         }
+        if plan.statistics {
+            if let Some(text) = engine.report() {
+                println!("{text}");
+            }
+        }
         engine.close()?;
         Ok(records)
     })();
@@ -385,6 +392,7 @@ mod tests {
             db_base: dir.join("db"),
             pm_base: dir.join("pm"),
             keep_db: false,
+            statistics: false,
             json: Some(dir.join("out.json")),
         }
     }

@@ -37,6 +37,10 @@ pub trait Engine: Send + Sync {
     fn flush(&self) -> Result<()>;
     /// A snapshot of the engine's own statistics.
     fn stats(&self) -> Result<EngineStats>;
+    /// The engine's own statistics text (`--statistics`), if it has one.
+    fn report(&self) -> Option<String> {
+        None
+    }
     /// Closes the engine, waiting for its background work.
     fn close(self: Box<Self>) -> Result<()>;
 }

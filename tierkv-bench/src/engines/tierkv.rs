@@ -184,6 +184,10 @@ impl Engine for TierkvEngine {
         })
     }
 
+    fn report(&self) -> Option<String> {
+        self.db.property("tierkv.stats")
+    }
+
     fn close(self: Box<Self>) -> Result<()> {
         self.db.close().map_err(terr)
     }

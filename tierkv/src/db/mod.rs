@@ -176,10 +176,17 @@ struct State {
     shutting_down: bool,
     /// Delayed-write token bucket.
     delay_next: Option<Instant>,
+    /// The delayed write rate. It persists across delay episodes, as
+    /// RocksDB's `WriteController::delayed_write_rate` does.
     delay_rate_bytes_per_sec: f64,
+    /// Debt at the last recalculation.
     last_debt: u64,
-    /// Write-controller verdict and debt for (version-set generation, imm count).
-    control_cache: Option<((u64, usize, u64), WriteControl, u64)>,
+    /// The last recalculation's verdict was `Delay` (RocksDB's
+    /// `NeedsDelay()`): only then is the rate adjusted (a stop that turns
+    /// into a delay keeps the rate, as in RocksDB with one column family).
+    delaying: bool,
+    /// Write-controller verdict for (version-set generation, imm count, design epoch).
+    control_cache: Option<((u64, usize, u64), WriteControl)>,
 }
 
 struct Inner {
@@ -360,6 +367,7 @@ impl Db {
                 delay_next: None,
                 delay_rate_bytes_per_sec: options.delayed_write_rate_bytes_per_sec as f64,
                 last_debt: 0,
+                delaying: false,
                 control_cache: None,
             }),
             bg_cv: Condvar::new(),
@@ -1064,6 +1072,51 @@ impl Inner {
         (verdict, debt)
     }
 
+    /// RocksDB's `RecalculateWriteStallConditions` / `SetupDelay`, run once
+    /// per change of the verdict's inputs: while writes stay delayed, the
+    /// rate falls ×0.6 near a stop, ×0.8 while the debt does not shrink, and
+    /// rises ×1.25 (up to the configured rate) as it is paid; leaving the
+    /// delay condition rewards ×1.4. The rate is kept between episodes and
+    /// never drops below 16 KiB/s. REQUIRES: `state` locked.
+    fn recalculate_delay(&self, st: &mut State, control: WriteControl, debt: u64) {
+        const MIN_RATE_BYTES_PER_SEC: f64 = 16384.0;
+        let max = self.opts.delayed_write_rate_bytes_per_sec as f64;
+        let rate = st.delay_rate_bytes_per_sec;
+        match control {
+            WriteControl::Delay(_) => {
+                if st.delaying && max > MIN_RATE_BYTES_PER_SEC {
+                    let near_stop = self
+                        .versions
+                        .current_all()
+                        .iter()
+                        .any(|v| self.design.near_stop(v));
+                    st.delay_rate_bytes_per_sec = if near_stop {
+                        (rate * 0.6).max(MIN_RATE_BYTES_PER_SEC)
+                    } else if st.last_debt > 0 && st.last_debt <= debt {
+                        (rate * 0.8).max(MIN_RATE_BYTES_PER_SEC)
+                    } else if st.last_debt > debt {
+                        (rate * 1.25).min(max)
+                    } else {
+                        rate
+                    };
+                }
+                st.delaying = true;
+            }
+            WriteControl::Stop(_) => {
+                st.delaying = false;
+                st.delay_next = None;
+            }
+            WriteControl::Proceed => {
+                if st.delaying {
+                    st.delay_rate_bytes_per_sec = (rate * 1.4).min(max);
+                }
+                st.delaying = false;
+                st.delay_next = None;
+            }
+        }
+        st.last_debt = debt;
+    }
+
     /// Leader only: waits out stalls and switches to a new memtable when the
     /// current one is full (or `force` and non-empty).
     fn make_room_for_write(&self, bytes: usize, force: bool) -> Result<()> {
@@ -1083,30 +1136,15 @@ impl Inner {
                 st.mem.imm_count(),
                 self.design.write_control_epoch(),
             );
-            let (control, debt) = match st.control_cache {
-                Some((k, c, d)) if k == key => (c, d),
+            let control = match st.control_cache {
+                Some((k, c)) if k == key => c,
                 _ => {
-                    let (c, d) = self.write_control(&st);
-                    st.control_cache = Some((key, c, d));
-                    (c, d)
+                    let (c, debt) = self.write_control(&st);
+                    self.recalculate_delay(&mut st, c, debt);
+                    st.control_cache = Some((key, c));
+                    c
                 }
             };
-            // RocksDB's delayed write rate: slower while debt grows, faster as it shrinks.
-            match control {
-                WriteControl::Delay(_) => {
-                    let max = self.opts.delayed_write_rate_bytes_per_sec as f64;
-                    if st.delay_next.is_none() {
-                        st.delay_rate_bytes_per_sec = max;
-                    } else if debt > st.last_debt {
-                        st.delay_rate_bytes_per_sec =
-                            (st.delay_rate_bytes_per_sec * 0.8).max(16384.0);
-                    } else if debt < st.last_debt {
-                        st.delay_rate_bytes_per_sec = (st.delay_rate_bytes_per_sec * 1.25).min(max);
-                    }
-                }
-                _ => st.delay_next = None,
-            }
-            st.last_debt = debt;
             let mem_full = st.mem.mutable_full(&self.opts) || (force && st.mem.any_mutable_data());
             match control {
                 WriteControl::Delay(cause) if !delayed && !force => {

@@ -284,6 +284,14 @@ impl Design for Classic {
     fn debt(&self, v: &Version) -> u64 {
         v.levels[0].len() as u64 + (self.pending_compaction_bytes(v) >> 20)
     }
+
+    fn near_stop(&self, v: &Version) -> bool {
+        let soft = self.pending_soft_bytes;
+        let hard = self.pending_hard_bytes;
+        let pending = self.pending_compaction_bytes(v);
+        v.levels[0].len() + 2 >= self.l0_stop_trigger
+            || (hard > soft && pending > soft && pending - soft > (hard - soft) / 4 * 3)
+    }
 }
 
 /// Flushes a memtable into one L0 SST (the classic and vLSM flush target).

@@ -152,6 +152,16 @@ pub trait Design: Send + Sync {
         0
     }
 
+    /// Whether a `Delay` verdict is close to a stop (RocksDB's
+    /// `near_stop`: L0 within two files of the stop trigger, or pending
+    /// compaction bytes in the last quarter between the soft and hard
+    /// limits). The engine then cuts the delayed write rate harder (×0.6
+    /// instead of ×0.8). The default: never.
+    fn near_stop(&self, v: &Version) -> bool {
+        let _ = v;
+        false
+    }
+
     /// Whether the flush target is full. `None` (the default): flush now.
     /// `Some(cause)`: the engine holds immutable memtables back until
     /// background work makes room (it keeps asking the picker), and writers
