@@ -279,8 +279,7 @@ fn no_space_during_compaction_fails_it_and_loses_nothing() {
     faulty.set_capacity_bytes(Some(faulty.used_bytes() + (32 << 10)));
     let e = db
         .compact_range(None, None)
-        .err()
-        .expect("compaction must fail");
+        .expect_err("compaction must fail");
     assert!(e.is_no_space(), "expected ENOSPC, got {e}");
     for i in 0..acked {
         assert_eq!(db.get(&key(i)).expect("get"), Some(value(i)));

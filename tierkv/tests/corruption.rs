@@ -128,7 +128,7 @@ fn flipped_byte_in_sst_block_is_corruption_not_a_wrong_value() {
     while it.valid() {
         it.next();
     }
-    expect_corruption(it.status().err().expect("scan must fail"), ".sst");
+    expect_corruption(it.status().expect_err("scan must fail"), ".sst");
 }
 
 #[test]
@@ -145,7 +145,7 @@ fn flipped_byte_in_sst_footer_is_corruption() {
     let len = fs.file_size(&sst).expect("size") as usize;
     fs.corrupt(&sst, len - 12, 0x80).expect("corrupt");
     let db = Db::open(dir(), opts(&fs)).expect("open (tables open lazily)");
-    expect_corruption(db.get(&key(1)).err().expect("get must fail"), ".sst");
+    expect_corruption(db.get(&key(1)).expect_err("get must fail"), ".sst");
 }
 
 #[test]

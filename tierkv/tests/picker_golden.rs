@@ -154,7 +154,7 @@ fn parse_size(s: &str) -> u64 {
 }
 
 fn fmt_size(b: u64) -> String {
-    if b >= 1 << 30 && b % (1 << 30) == 0 {
+    if b >= 1 << 30 && b.is_multiple_of(1 << 30) {
         format!("{}G", b >> 30)
     } else if b >= 1 << 20 {
         format!("{}M", b >> 20)
@@ -694,7 +694,7 @@ impl Script {
     }
 
     fn resort(&mut self) {
-        self.version.levels[0].sort_by(|a, b| b.meta.seq_max.cmp(&a.meta.seq_max));
+        self.version.levels[0].sort_by_key(|t| std::cmp::Reverse(t.meta.seq_max));
         for l in self.version.levels.iter_mut().skip(1) {
             l.sort_by(|a, b| a.smallest_user_key().cmp(b.smallest_user_key()));
         }

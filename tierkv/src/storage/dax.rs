@@ -317,7 +317,12 @@ mod tests {
 
     fn on_tmpfs(p: &Path) -> bool {
         rustix::fs::statfs(p)
-            .map(|s| s.f_type as i64 == 0x0102_1994)
+            // `f_type`'s integer type differs between targets.
+            .map(|s| {
+                #[allow(clippy::unnecessary_cast)]
+                let t = s.f_type as i64;
+                t == 0x0102_1994
+            })
             .unwrap_or(false)
     }
 
@@ -377,15 +382,15 @@ mod tests {
             FlushInstruction::Clflushopt,
             FlushInstruction::Clwb,
         ] {
-            let ok = match (i, instr) {
-                (FlushInstruction::Clflush, _) => true,
-                (
-                    FlushInstruction::Clflushopt,
-                    FlushInstruction::Clwb | FlushInstruction::Clflushopt,
-                ) => true,
-                (FlushInstruction::Clwb, FlushInstruction::Clwb) => true,
-                _ => false,
-            };
+            let ok = matches!(
+                (i, instr),
+                (FlushInstruction::Clflush, _)
+                    | (
+                        FlushInstruction::Clflushopt,
+                        FlushInstruction::Clwb | FlushInstruction::Clflushopt,
+                    )
+                    | (FlushInstruction::Clwb, FlushInstruction::Clwb)
+            );
             if ok {
                 // SAFETY: `v` is a live allocation.
                 unsafe { flush_lines(i, v.as_ptr().add(1), 900) };
