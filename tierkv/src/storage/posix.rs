@@ -88,9 +88,10 @@ impl PosixFs {
     }
 }
 
-fn ctx(what: &str, p: &Path) -> impl FnOnce(io::Error) -> Error {
-    let c = format!("{what} {}", p.display());
-    move |e| Error::io(c, e)
+/// Names the failed call and its file; the message is built only on error
+/// (this wraps every append and read, so it must cost nothing on success).
+fn ctx<'a>(what: &'a str, p: &'a Path) -> impl FnOnce(io::Error) -> Error + 'a {
+    move |e| Error::io(format!("{what} {}", p.display()), e)
 }
 
 #[cfg(test)]
