@@ -208,7 +208,8 @@ struct Inner {
     writers_cv: Condvar,
     log: Mutex<LogWriter>,
     /// SSD WALs retired by memtable switches and not yet synced.
-    closed_logs: Mutex<Vec<LogWriter>>,
+    /// Retired SSD WALs not known durable yet, with their numbers.
+    closed_logs: Mutex<Vec<(u64, LogWriter)>>,
     super_version: RwLock<Arc<SuperVersion>>,
     last_seq: AtomicU64,
     snapshots: Arc<Mutex<BTreeMap<SeqNo, usize>>>,
@@ -1197,12 +1198,14 @@ impl Inner {
                 self.versions
                     .log_and_apply(edit, self.last_seq.load(Ordering::Acquire))?;
             }
-            // The old WAL is synced in the background (by the next flush, or
-            // first thing by a later sync write), never here in the write
-            // path: an fsync of a whole memtable's log would stall writers.
+            // The old WAL is synced in the background (by the next flush
+            // when regions share it, or first thing by a later sync write),
+            // never here in the write path: an fsync of a whole memtable's
+            // log would stall writers.
             let old = std::mem::replace(&mut *self.log.lock(), log);
             if !old.is_pm() {
-                self.closed_logs.lock().push(old);
+                let number = st.mem.ssd_wals.back().copied().unwrap_or(0);
+                self.closed_logs.lock().push((number, old));
             }
             if pm_wal.is_none() {
                 st.mem.ssd_wals.push_back(n);
@@ -1304,13 +1307,15 @@ impl Inner {
                 continue;
             };
             drop(st);
+            let mut dead_wals = Vec::new();
             match work {
                 Work::Flush(region, mem) => {
                     let r = self.run_flush(region, &mem);
                     st = self.state.lock();
                     st.flushing = false;
                     match r {
-                        Ok(()) => {
+                        Ok(wals) => {
+                            dead_wals = wals;
                             let imms = &mut st.mem.regions[region].imms;
                             if imms.front().is_some_and(|m| Arc::ptr_eq(m, &mem)) {
                                 imms.pop_front();
@@ -1343,9 +1348,18 @@ impl Inner {
                 }
             }
             drop(st);
-            self.release_obsolete();
+            // Writers waiting on this job go first; then the unlinks, which
+            // take milliseconds per file. A flush thread leaves the tables
+            // compactions made obsolete to the compaction threads, so that
+            // deleting them never holds up the next flush.
             self.done_cv.notify_all();
             self.bg_cv.notify_all();
+            for n in dead_wals {
+                let _ = self.fs.remove(&self.dir.join(wal_name(n)));
+            }
+            if role != Role::Flush {
+                self.release_obsolete();
+            }
             st = self.state.lock();
         }
     }
@@ -1390,15 +1404,27 @@ impl Inner {
     /// Syncs (and closes) the WALs retired since the last call.
     fn sync_closed_logs(&self) -> Result<()> {
         let mut closed = self.closed_logs.lock();
-        for mut log in closed.drain(..) {
+        for (_, mut log) in closed.drain(..) {
             log.sync()?;
         }
         Ok(())
     }
 
-    fn run_flush(&self, region: usize, mem: &Arc<MemTable>) -> Result<()> {
-        // As RocksDB's flush job does: make the retired WALs durable first.
-        self.sync_closed_logs()?;
+    /// Flushes `mem`; returns the SSD WALs it made obsolete, for the caller
+    /// to delete once the writers waiting on the flush are released
+    /// (unlinking a memtable-sized log takes milliseconds).
+    fn run_flush(&self, region: usize, mem: &Arc<MemTable>) -> Result<Vec<u64>> {
+        // With regions sharing the WAL, this flush makes one region's records
+        // durable ahead of the others' in the same logs: make the retired
+        // WALs durable first, as RocksDB's flush job does with more than one
+        // column family. With one region every record of the retired logs
+        // this flush covers is in its table once the edit is durable, and
+        // the later ones are newer than all of them, so what survives a
+        // crash is still a prefix of the writes (a sync write syncs the
+        // retired logs first, `write`).
+        if self.router.count() > 1 {
+            self.sync_closed_logs()?;
+        }
         let start = Instant::now();
         self.design.prepare_flush(mem)?;
         let env = self.job_env(self.versions.current_in(region));
@@ -1438,10 +1464,9 @@ impl Inner {
             let keep = wals.iter().position(|&n| n >= bound).unwrap_or(wals.len());
             wals.drain(..keep).collect()
         };
-        for n in ssd_logs {
-            let _ = self.fs.remove(&self.dir.join(wal_name(n)));
-        }
-        Ok(())
+        // Their writers are no longer needed (nor is syncing them).
+        self.closed_logs.lock().retain(|(n, _)| *n >= bound);
+        Ok(ssd_logs)
     }
 
     fn flush_tier(&self) -> Tier {
