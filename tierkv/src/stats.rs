@@ -291,13 +291,32 @@ impl Stats {
         }
         let _ = writeln!(s, "\n** Flushes and compactions **");
         let flushed: u64 = self.flushes.iter().map(|f| f.output_bytes).sum();
-        let _ = writeln!(s, "{} flushes, {:.1} MB", self.flushes.len(), mb(flushed));
-        let compacted: u64 = self.compactions.iter().map(|c| c.output_bytes).sum();
+        let flush_s: f64 = self.flushes.iter().map(|f| f.duration.as_secs_f64()).sum();
+        let flush_max_s = self
+            .flushes
+            .iter()
+            .map(|f| f.duration.as_secs_f64())
+            .fold(0.0, f64::max);
         let _ = writeln!(
             s,
-            "{} compactions, {:.1} MB out",
+            "{} flushes, {:.1} MB, {:.3} s (longest {:.3} s)",
+            self.flushes.len(),
+            mb(flushed),
+            flush_s,
+            flush_max_s
+        );
+        let compacted: u64 = self.compactions.iter().map(|c| c.output_bytes).sum();
+        let compact_s: f64 = self
+            .compactions
+            .iter()
+            .map(|c| c.duration.as_secs_f64())
+            .sum();
+        let _ = writeln!(
+            s,
+            "{} compactions, {:.1} MB out, {:.3} s",
             self.compactions.len(),
-            mb(compacted)
+            mb(compacted),
+            compact_s
         );
         let _ = writeln!(
             s,
