@@ -82,6 +82,24 @@ pub enum WalPlacement {
     Ssd,
 }
 
+/// How recovery treats damage inside an SSD WAL (the PM WAL and the
+/// MANIFEST are synced record by record, so only their tail can tear).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WalRecovery {
+    /// A damaged record followed by nothing valid is a torn tail (dropped);
+    /// one followed by valid records of the log is body corruption and the
+    /// open fails with `Error::Corruption` naming the file and offset.
+    /// Right when the disk writes back in order, and it never hides damage.
+    TornTail,
+    /// The log ends at its first damaged record, whatever follows (RocksDB's
+    /// `kPointInTimeRecovery`): what a power loss can leave when a file
+    /// system writes the unsynced pages of a log back out of order — a hole
+    /// with records after it. Those records were never synced (a sync
+    /// write syncs every earlier log first), so dropping them keeps the
+    /// recovered state a prefix of the writes.
+    PointInTime,
+}
+
 /// How the PM region file is mapped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PmBackend {
@@ -112,6 +130,10 @@ pub struct Options {
     pub pm_backend: PmBackend,
     /// Where the WAL lives; `None` = on PM when a PM tier exists, else SSD.
     pub wal: Option<WalPlacement>,
+    /// How recovery treats a damaged record inside an SSD WAL. In either
+    /// mode, WALs after one that ended damaged are not replayed (they hold
+    /// no synced write, and replaying them would leave a hole).
+    pub wal_recovery: WalRecovery,
 
     /// Bytes a memtable holds before it becomes immutable (`write_buffer_size`).
     pub memtable_size_bytes: usize,
@@ -220,6 +242,7 @@ impl Default for Options {
             pm_size_bytes: 0,
             pm_backend: PmBackend::Auto,
             wal: None,
+            wal_recovery: WalRecovery::TornTail,
             memtable_size_bytes: 64 << 20,
             memtable_count_max: 2,
             sst_size_bytes: 64 << 20,
@@ -261,6 +284,7 @@ impl fmt::Debug for Options {
             .field("pm_size_bytes", &self.pm_size_bytes)
             .field("pm_backend", &self.pm_backend)
             .field("wal", &self.wal)
+            .field("wal_recovery", &self.wal_recovery)
             .field("memtable_size_bytes", &self.memtable_size_bytes)
             .field("memtable_count_max", &self.memtable_count_max)
             .field("sst_size_bytes", &self.sst_size_bytes)

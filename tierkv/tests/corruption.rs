@@ -9,7 +9,7 @@ use std::sync::Arc;
 use tierkv::storage::mem::MemFs;
 use tierkv::storage::sim::SimRegion;
 use tierkv::storage::{FileSystem, PmRegion};
-use tierkv::{Db, Error, Options, WalPlacement, WriteBatch, WriteOptions};
+use tierkv::{Db, Error, Options, WalPlacement, WalRecovery, WriteBatch, WriteOptions};
 
 fn dir() -> PathBuf {
     PathBuf::from("/db")
@@ -96,6 +96,38 @@ fn flipped_byte_in_wal_body_is_corruption_naming_the_file() {
     fs.corrupt(&wal, 100, 0x40).expect("corrupt");
     let e = Db::open(dir(), opts(&fs)).err().expect("open must fail");
     expect_corruption(e, ".log");
+}
+
+/// `WalRecovery::PointInTime`: the same damage ends the log instead; what
+/// is recovered is a prefix of the writes (the records after the damage
+/// are dropped, never replayed around a hole).
+#[test]
+fn point_in_time_recovery_ends_the_wal_at_damage() {
+    let fs = MemFs::new();
+    wal_only_db(&fs, 50);
+    let wal = files_with(&fs, ".log").pop().expect("a wal");
+    let len = fs.file_size(&wal).expect("size") as usize;
+    fs.corrupt(&wal, len / 2, 0x40).expect("corrupt");
+    let o = Options {
+        wal_recovery: WalRecovery::PointInTime,
+        ..opts(&fs)
+    };
+    let db = Db::open(dir(), o).expect("point-in-time open");
+    let present: Vec<bool> = (0..50)
+        .map(|i| db.get(&key(i)).expect("get").is_some())
+        .collect();
+    let first_missing = present
+        .iter()
+        .position(|p| !p)
+        .expect("damage drops records");
+    assert!(first_missing > 0, "records before the damage survive");
+    assert!(
+        present[first_missing..].iter().all(|p| !p),
+        "a prefix of the writes: {present:?}"
+    );
+    for i in 0..first_missing as u32 {
+        assert_eq!(db.get(&key(i)).expect("get"), Some(value(i)));
+    }
 }
 
 #[test]

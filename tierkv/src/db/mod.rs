@@ -40,7 +40,7 @@ use crate::error::{Error, Result};
 use crate::iter::{DbIterator, InternalIterator, MergingIterator};
 use crate::key::{Kind, SeqNo, MAX_SEQNO};
 use crate::memtable::MemTable;
-use crate::options::{Options, WalPlacement};
+use crate::options::{Options, WalPlacement, WalRecovery};
 use crate::sst::{BlockCache, TableCounters};
 use crate::stats::{CompactionRecord, StallCause, Stats, StatsRecorder, Tier};
 use crate::storage::{FileLock, FileSystem, WriteHint};
@@ -710,6 +710,13 @@ impl Replay {
             }
         }
         logs.sort_unstable();
+        // A WAL created after the last manifest record has a number the
+        // manifest's next file number does not cover yet: the new WAL and
+        // the replay's tables must not take it (a new WAL of the same
+        // number would truncate a log whose records are not in tables yet).
+        for &(n, _) in &logs {
+            versions.mark_file_number_used(n);
+        }
         let regions = router.count();
         let mut last_seq = rec.last_seqno;
         let mut edits: Vec<VersionEdit> = (0..regions)
@@ -744,7 +751,8 @@ impl Replay {
             edit.new_tables.extend(e.new_tables);
             Ok(())
         };
-        for (n, pm_first) in logs {
+        let count = logs.len();
+        for (i, (n, pm_first)) in logs.into_iter().enumerate() {
             let mut apply = |record: Vec<u8>, source: &str, offset: u64| -> Result<()> {
                 let batch = WriteBatch::decode(record, source, offset)?;
                 let end = batch.seqno() + u64::from(batch.count()).saturating_sub(1);
@@ -776,7 +784,7 @@ impl Replay {
                 }
                 Ok(())
             };
-            let torn = match pm_first {
+            let (torn, dropped) = match pm_first {
                 Some(first) => {
                     let pm = pm.ok_or_else(|| {
                         Error::InvalidOptions(format!(
@@ -788,11 +796,32 @@ impl Replay {
                 None => {
                     let path = dir.join(wal_name(n));
                     let log = wal::FileLog::new(path.display().to_string(), fs.read_all(&path)?);
-                    replay_log(wal::Reader::new(log, n), &mut apply)?
+                    let point_in_time = opts.wal_recovery == WalRecovery::PointInTime;
+                    replay_log(
+                        wal::Reader::new(log, n).point_in_time(point_in_time),
+                        &mut apply,
+                    )?
                 }
             };
             if let Some(off) = torn {
-                log::warn!("WAL {n}: torn tail at offset {off} dropped (never acknowledged)");
+                if dropped {
+                    log::warn!(
+                        "WAL {n}: ends at damage at offset {off}; later records dropped (point-in-time recovery)"
+                    );
+                } else {
+                    log::warn!("WAL {n}: torn tail at offset {off} dropped (never acknowledged)");
+                }
+                // A log that ended damaged was never synced past the damage,
+                // so no later log holds a synced write (a sync write syncs
+                // every earlier log first); replaying one would leave a hole
+                // in the recovered writes.
+                if i + 1 < count {
+                    log::warn!(
+                        "WAL {n} ended damaged: the {} later WAL(s) are not replayed",
+                        count - i - 1
+                    );
+                    break;
+                }
             }
         }
         for (region, mem) in mems.iter().enumerate() {
@@ -807,16 +836,18 @@ impl Replay {
 /// Receives each replayed WAL record with its source name and offset.
 type RecordSink<'a> = dyn FnMut(Vec<u8>, &str, u64) -> Result<()> + 'a;
 
-/// Feeds every record of a log to `apply`; returns the torn-tail offset.
+/// Feeds every record of a log to `apply`; returns the offset where a
+/// damaged tail was dropped, and whether valid records followed it
+/// (point-in-time mode only).
 fn replay_log<S: wal::LogSource>(
     mut reader: wal::Reader<S>,
     apply: &mut RecordSink<'_>,
-) -> Result<Option<u64>> {
+) -> Result<(Option<u64>, bool)> {
     let name = reader.source_name().to_string();
     while let Some(record) = reader.next_record()? {
         apply(record, &name, reader.last_record_offset())?;
     }
-    Ok(reader.torn_tail())
+    Ok((reader.torn_tail(), reader.dropped_records()))
 }
 
 fn start_background(inner: &Arc<Inner>) -> Vec<JoinHandle<()>> {

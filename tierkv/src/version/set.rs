@@ -301,6 +301,14 @@ impl VersionSet {
         self.next_file_number.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// Recovery: file `n` exists, so no new file may take its number (a
+    /// WAL created after the last manifest record is newer than the
+    /// manifest's next file number; RocksDB's `MarkFileNumberUsed`).
+    pub fn mark_file_number_used(&self, n: u64) {
+        self.next_file_number
+            .fetch_max(n.saturating_add(1), Ordering::Relaxed);
+    }
+
     /// WALs numbered below this are obsolete: the smallest of the regions'
     /// log numbers.
     pub fn log_number(&self) -> u64 {
@@ -533,6 +541,29 @@ mod tests {
         vs.close();
         let (_, rec) = open(&mem, dir);
         assert_eq!(rec.last_seqno, 150);
+    }
+
+    /// File numbers found on disk are never handed out again.
+    #[test]
+    fn numbers_of_files_found_at_recovery_are_not_reused() {
+        let mem: Arc<dyn FileSystem> = Arc::new(MemFs::new());
+        let dir = Path::new("/db");
+        mem.create_dir_all(dir).unwrap();
+        let stats = Arc::new(StatsRecorder::new());
+        let vs = VersionSet::create(
+            Arc::clone(&mem),
+            dir,
+            ctx(&mem, dir),
+            stats,
+            4,
+            single_region(),
+        )
+        .unwrap();
+        let n = vs.new_file_number();
+        vs.mark_file_number_used(n + 10);
+        assert_eq!(vs.new_file_number(), n + 11);
+        vs.mark_file_number_used(3); // lower: no effect
+        assert_eq!(vs.new_file_number(), n + 12);
     }
 
     /// A manifest that already holds a seqno below a table's (written
