@@ -3,8 +3,17 @@
 //!
 //! With SM = `sst_size_bytes`, f = `vlsm_growth_factor`, Φ = `vlsm_phi`:
 //!
-//! * **Flush**: one small L0 SST per memtable (the paper: memtable = SST
-//!   size, 8 MB; see `Options::for_design`).
+//! * **Flush**: the memtable is cut into range-partitioned L0 SSTs of at
+//!   most SM ([`L0Cutter`]), each closing at the first L1 table boundary
+//!   past SM / 2, so one L0 SST overlaps whole L1 tables. With memtable =
+//!   SM (the paper's literal setting, §6.2) that is one L0 SST per flush
+//!   covering the whole key range, and every L0 → L1 compaction rewrites
+//!   all of L1 (f + 1 SSTs per SST, ≈ f × the I/O of `classic`'s tiered
+//!   step). With memtables k × SM (the default: RocksDB's 64 MB, the
+//!   paper's "same memory budget"), a flush writes k SSTs of 1/k of the key
+//!   range each, and one L0 SST meets ≈ L1 / k of L1: with L1 = f × SM and
+//!   k = f, the L0 → L1 step costs what `classic`'s tiered step does while
+//!   each compaction stays one SST wide.
 //! * **L0 is a FIFO queue** of at most `vlsm_l0_max_ssts` SSTs. There is no
 //!   tiering step merging all of L0: the *oldest single* L0 SST is
 //!   compacted with the L1 tables it overlaps. L0 drains continuously, so
@@ -43,7 +52,8 @@
 //! Invariants:
 //! 1. At most one L0 → L1 task runs, and it takes the oldest L0 SST: an L0
 //!    SST reaches L1 only after every older one, so L1 never holds data
-//!    newer than an L0 SST above it.
+//!    newer than an L0 SST above it. (The SSTs of one flush share their
+//!    seqno range but not their keys, so among them the order is free.)
 //! 2. An L1 → L2 task's L2 inputs are exactly the L2 tables meeting its L1
 //!    inputs; groups merged separately are key-disjoint and separated by L2
 //!    tables left in place.
@@ -55,7 +65,9 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use crate::compaction::vsst::VsstParams;
-use crate::compaction::{merge_to_ssts, JobEnv, OutputSpec, MAX_GRANDPARENT_OVERLAP_FACTOR};
+use crate::compaction::{
+    merge_to_ssts, merge_to_ssts_with, Cutter, JobEnv, OutputSpec, MAX_GRANDPARENT_OVERLAP_FACTOR,
+};
 use crate::error::Result;
 use crate::iter::{InternalIterator, MergingIterator};
 use crate::memtable::MemTable;
@@ -64,7 +76,7 @@ use crate::stats::StallCause;
 use crate::version::edit::VersionEdit;
 use crate::version::{LevelIterator, TableHandle, Version};
 
-use super::classic::{flush_to_l0_sst, pick_manual_range, run_merge};
+use super::classic::{pick_manual_range, run_merge};
 use super::{Design, Task, TaskKind, WriteControl};
 
 /// The vLSM design: its shape parameters.
@@ -77,6 +89,60 @@ pub struct Vlsm {
     vsst: bool,
     pending_soft_bytes: u64,
     pending_hard_bytes: u64,
+}
+
+/// Cuts a flush into range-partitioned L0 SSTs: a table closes at
+/// `target_bytes` (+ 1/8 slack), or earlier — once it holds half of
+/// `target_bytes` — where the
+/// keys cross the end of an L1 table, so that consecutive L0 SSTs of one
+/// flush overlap disjoint sets of L1 tables and a single-SST L0 → L1
+/// compaction rewrites only the L1 tables under its own key range.
+///
+/// Worked example (target 8 MB, L1 = `[a-f]:8M [g-m]:8M [n-z]:8M`, a
+/// 24 MB memtable of uniform keys): the first SST closes after `f` (about
+/// 8 MB, the first boundary past 4 MB), the next after `m`, the last at
+/// the end — three L0 SSTs, each meeting exactly one L1 table.
+///
+/// Invariant: `l1[..idx]` end before the last key seen (keys ascend).
+pub struct L0Cutter<'a> {
+    target_bytes: u64,
+    l1: &'a [Arc<TableHandle>],
+    idx: usize,
+}
+
+/// The target size of the L0 SSTs of a flush of `mem_bytes`: the memtable
+/// split into k = round(mem / SM) equal parts (at least one), so that an
+/// SST-sized memtable gives one SST and no tiny tail is cut off.
+pub fn flush_target_bytes(mem_bytes: u64, sst_size_bytes: u64) -> u64 {
+    let sm = sst_size_bytes.max(1);
+    let k = ((mem_bytes + sm / 2) / sm).max(1);
+    mem_bytes.div_ceil(k).max(1)
+}
+
+impl<'a> L0Cutter<'a> {
+    /// A cutter for L0 SSTs of `target_bytes` over `l1` (sorted, disjoint).
+    pub fn new(target_bytes: u64, l1: &'a [Arc<TableHandle>]) -> Self {
+        L0Cutter {
+            target_bytes,
+            l1,
+            idx: 0,
+        }
+    }
+}
+
+impl Cutter for L0Cutter<'_> {
+    fn cut_before(&mut self, ikey: &[u8], open_bytes: Option<u64>) -> bool {
+        let user_key = crate::key::user_key(ikey);
+        let before = self.idx;
+        while self.idx < self.l1.len() && self.l1[self.idx].largest_user_key() < user_key {
+            self.idx += 1;
+        }
+        let crossed = self.idx > before;
+        // The hard cut leaves an eighth of slack: the memtable's size is an
+        // estimate of the tables' and must not leave a sliver at the end.
+        let hard = self.target_bytes + self.target_bytes / 8;
+        open_bytes.is_some_and(|b| b >= hard || (crossed && b >= self.target_bytes / 2))
+    }
 }
 
 /// One L1 table as the L1 → L2 picker sees it.
@@ -515,7 +581,24 @@ impl Design for Vlsm {
     }
 
     fn flush(&self, env: &JobEnv, mem: &Arc<MemTable>) -> Result<VersionEdit> {
-        flush_to_l0_sst(env, mem)
+        let l1: &[Arc<TableHandle>] = env.version.levels.get(1).map_or(&[], |l| l.as_slice());
+        let mem_bytes = mem.size_bytes() as u64;
+        let target = flush_target_bytes(mem_bytes, self.sst_size_bytes);
+        // One SST per memtable (the paper's literal setting) is not cut at
+        // L1 boundaries: it meets all of L1 anyway.
+        let l1 = if target < mem_bytes { l1 } else { &[] };
+        let mut cutter = L0Cutter::new(target, l1);
+        let spec = OutputSpec {
+            level: 0,
+            target_size_bytes: self.sst_size_bytes,
+            grandparents: &[],
+            may_drop_tombstones: false,
+        };
+        let mut edit = VersionEdit::default();
+        for m in merge_to_ssts_with(env, &mut mem.iter(), &spec, &mut cutter)? {
+            edit.new_tables.push((0, m));
+        }
+        Ok(edit)
     }
 
     fn pick(&self, v: &Version, busy: &HashSet<u64>) -> Option<Task> {
