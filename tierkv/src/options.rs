@@ -172,6 +172,17 @@ pub struct Options {
     /// its compaction trigger (4 memtables of 64 MB), i.e. 4 flushes of
     /// range-partitioned SSTs, so a point read meets about 4 of them.
     pub vlsm_l0_max_ssts: usize,
+    /// vLSM: an L0 → L1 compaction takes the oldest L0 SST and, up to this
+    /// many SSTs in all, the newer L0 SSTs that lie inside the key range of
+    /// the L1 tables it rewrites anyway (and under which no older L0 SST is
+    /// left behind). 1 (the default) is the paper's single-SST compaction;
+    /// more trades a wider L0 → L1 step (at most this many SSTs plus the
+    /// same L1 tables — still one key range, never all of L0) for fewer
+    /// rewrites of L1 per flushed byte.
+    pub vlsm_l0_batch_ssts: usize,
+    /// vLSM: L1's target size; `None` (the default) is the paper's
+    /// f × `sst_size_bytes`. L2 is Φ × this.
+    pub vlsm_l1_size_bytes: Option<u64>,
 
     /// Split the key space into this many independent LSMs (vLSM's
     /// *regions*; the paper runs 4 to 256), 1..=256. They share one WAL and
@@ -233,6 +244,8 @@ impl Default for Options {
             vlsm_growth_factor: 8,
             vlsm_phi: 32,
             vlsm_l0_max_ssts: 32,
+            vlsm_l0_batch_ssts: 1,
+            vlsm_l1_size_bytes: None,
             regions: 1,
             region_boundaries: Vec::new(),
             fs: Arc::new(PosixFs::new()),
@@ -263,6 +276,8 @@ impl fmt::Debug for Options {
             .field("vlsm_growth_factor", &self.vlsm_growth_factor)
             .field("vlsm_phi", &self.vlsm_phi)
             .field("vlsm_l0_max_ssts", &self.vlsm_l0_max_ssts)
+            .field("vlsm_l0_batch_ssts", &self.vlsm_l0_batch_ssts)
+            .field("vlsm_l1_size_bytes", &self.vlsm_l1_size_bytes)
             .field("regions", &self.regions)
             .field("region_boundaries", &self.region_boundaries.len())
             .field("block_cache_bytes", &self.block_cache_bytes)
@@ -414,6 +429,21 @@ impl Options {
             return bad(format!(
                 "`vlsm_phi` = {} must be between 2 and 1024",
                 self.vlsm_phi
+            ));
+        }
+        if !(1..=1000).contains(&self.vlsm_l0_batch_ssts) {
+            return bad(format!(
+                "`vlsm_l0_batch_ssts` = {} must be between 1 and 1000",
+                self.vlsm_l0_batch_ssts
+            ));
+        }
+        if self
+            .vlsm_l1_size_bytes
+            .is_some_and(|b| b < self.sst_size_bytes)
+        {
+            return bad(format!(
+                "`vlsm_l1_size_bytes` = {:?} must be at least `sst_size_bytes` = {}",
+                self.vlsm_l1_size_bytes, self.sst_size_bytes
             ));
         }
         if !(1..=1000).contains(&self.vlsm_l0_max_ssts) {

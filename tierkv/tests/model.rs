@@ -47,6 +47,8 @@ struct Setup {
     /// Memtables of this many SSTs (vlsm cuts a flush into range-partitioned
     /// L0 SSTs).
     ssts_per_memtable: usize,
+    /// `Options::vlsm_l0_batch_ssts`.
+    l0_batch: usize,
 }
 
 impl Setup {
@@ -62,6 +64,7 @@ impl Setup {
             regions: 1,
             range_routing: false,
             ssts_per_memtable: 1,
+            l0_batch: 1,
         }
     }
 }
@@ -162,7 +165,8 @@ impl Harness {
             vsst: self.setup.vsst,
             vlsm_growth_factor: 2,
             vlsm_phi: 2,
-            vlsm_l0_max_ssts: 3,
+            vlsm_l0_max_ssts: 3 * self.setup.ssts_per_memtable,
+            vlsm_l0_batch_ssts: self.setup.l0_batch,
             regions: self.setup.regions,
             region_boundaries: if self.setup.range_routing {
                 (1..self.setup.regions as u32)
@@ -479,6 +483,7 @@ model_test!(classic_ssd_wal, Preset::Classic, pm_wal: false, seeds: &[1, 2, 3, 4
 model_test!(classic_pm_wal, Preset::Classic, pm_wal: true, seeds: &[11, 12, 13, 14]);
 model_test!(vlsm_ssd_wal, Preset::Vlsm, pm_wal: false, seeds: &[21, 22, 23, 24], keys: 4000);
 model_test!(vlsm_partitioned_flush, Preset::Vlsm, pm_wal: false, seeds: &[25, 26], keys: 4000, ssts_per_memtable: 4);
+model_test!(vlsm_partitioned_batch, Preset::Vlsm, pm_wal: false, seeds: &[19, 20], keys: 4000, ssts_per_memtable: 4, l0_batch: 3);
 model_test!(vlsm_background_only, Preset::Vlsm, pm_wal: false, seeds: &[27, 28, 29], keys: 4000, compact_range: false);
 model_test!(classic_vsst, Preset::Classic, pm_wal: false, seeds: &[31, 32, 33], vsst: Some(true));
 // Regions: four LSMs in one Db, routed by hash and by key range.

@@ -93,6 +93,10 @@ pub enum Knob {
     L0MaxSsts(u64),
     /// `regions=`: regions.
     Regions(u64),
+    /// `batch=`: vlsm's L0 SSTs per L0 → L1 compaction at most.
+    L0Batch(u64),
+    /// `l1=`: vlsm's L1 target bytes (default f × SST).
+    L1Size(u64),
 }
 
 /// Parses the knobs after the preset: `vlsm/mem=8m/phi=16` → `[Memtable(8 MiB),
@@ -122,9 +126,11 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
             "f" => Knob::GrowthFactor(n),
             "l0" => Knob::L0MaxSsts(n),
             "regions" => Knob::Regions(n),
+            "batch" => Knob::L0Batch(n),
+            "l1" => Knob::L1Size(n),
             _ => {
                 return Err(Error::Usage(format!(
-                    "unknown knob `{name}` in `{spec}`; knobs: mem, sst, phi, f, l0, regions"
+                    "unknown knob `{name}` in `{spec}`; knobs: mem, sst, phi, f, l0, batch, l1, regions"
                 )))
             }
         });
@@ -146,13 +152,16 @@ pub fn options_for_spec(preset: Preset, spec: &str, setup: &EngineSetup) -> Resu
             Knob::Phi(n) => s.vlsm_phi = n,
             Knob::GrowthFactor(n) => s.vlsm_growth_factor = n,
             Knob::Regions(n) => s.regions = n as usize,
-            Knob::L0MaxSsts(_) => {}
+            Knob::L0MaxSsts(_) | Knob::L0Batch(_) | Knob::L1Size(_) => {}
         }
     }
     let mut o = options_for(preset, &s);
     for k in &knobs {
-        if let Knob::L0MaxSsts(n) = *k {
-            o.vlsm_l0_max_ssts = n as usize;
+        match *k {
+            Knob::L0MaxSsts(n) => o.vlsm_l0_max_ssts = n as usize,
+            Knob::L0Batch(n) => o.vlsm_l0_batch_ssts = n as usize,
+            Knob::L1Size(n) => o.vlsm_l1_size_bytes = Some(n),
+            _ => {}
         }
     }
     Ok(o)

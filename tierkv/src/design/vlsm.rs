@@ -50,10 +50,12 @@
 //! `Db` split into regions can run one instance per region.
 //!
 //! Invariants:
-//! 1. At most one L0 → L1 task runs, and it takes the oldest L0 SST: an L0
-//!    SST reaches L1 only after every older one, so L1 never holds data
-//!    newer than an L0 SST above it. (The SSTs of one flush share their
-//!    seqno range but not their keys, so among them the order is free.)
+//! 1. An L0 SST reaches L1 only after every older L0 SST whose key range
+//!    meets its own, so L1 never holds data newer than an L0 SST above it.
+//!    With one SST per flush (each over the whole key range) that is the
+//!    paper's strict FIFO, one L0 → L1 task at a time; the key-disjoint
+//!    SSTs of range-partitioned flushes may go side by side, in tasks with
+//!    disjoint inputs (hence disjoint outputs).
 //! 2. An L1 → L2 task's L2 inputs are exactly the L2 tables meeting its L1
 //!    inputs; groups merged separately are key-disjoint and separated by L2
 //!    tables left in place.
@@ -86,6 +88,8 @@ pub struct Vlsm {
     growth_factor: u64,
     phi: u64,
     l0_max_ssts: usize,
+    l0_batch_ssts: usize,
+    l1_size_bytes: u64,
     vsst: bool,
     pending_soft_bytes: u64,
     pending_hard_bytes: u64,
@@ -173,6 +177,10 @@ impl Vlsm {
             growth_factor: opts.vlsm_growth_factor,
             phi: opts.vlsm_phi,
             l0_max_ssts: opts.vlsm_l0_max_ssts,
+            l0_batch_ssts: opts.vlsm_l0_batch_ssts.max(1),
+            l1_size_bytes: opts
+                .vlsm_l1_size_bytes
+                .unwrap_or(opts.vlsm_growth_factor.saturating_mul(opts.sst_size_bytes)),
             vsst: opts.vsst_enabled(),
             pending_soft_bytes: opts.pending_compaction_bytes_soft,
             pending_hard_bytes: opts.pending_compaction_bytes_hard,
@@ -184,10 +192,10 @@ impl Vlsm {
         VsstParams::new(self.sst_size_bytes, self.growth_factor)
     }
 
-    /// Target bytes of level `level` ≥ 1: L1 = f × SM, L2 = Φ × L1,
-    /// L(n+1) = f × Ln.
+    /// Target bytes of level `level` ≥ 1: L1 = f × SM (or
+    /// `vlsm_l1_size_bytes`), L2 = Φ × L1, L(n+1) = f × Ln.
     pub fn level_target_bytes(&self, level: usize) -> u64 {
-        let mut t = self.growth_factor.saturating_mul(self.sst_size_bytes);
+        let mut t = self.l1_size_bytes;
         for l in 2..=level {
             let g = if l == 2 { self.phi } else { self.growth_factor };
             t = t.saturating_mul(g);
@@ -240,19 +248,48 @@ impl Vlsm {
         pending
     }
 
-    /// L0 → L1 for the oldest L0 SST, with the L1 tables it overlaps; a
-    /// move without rewrite when it overlaps nothing in L1 and would be a
-    /// good vSST (or, without vSSTs, overlaps little of L2).
+    /// L0 → L1 for the oldest L0 SST that can go — idle, with idle L1
+    /// tables under it, and no older L0 SST left behind overlapping it
+    /// (invariant 1) — with the L1 tables it overlaps; a move without
+    /// rewrite when it overlaps nothing in L1 and would be a good vSST (or,
+    /// without vSSTs, overlaps little of L2). With one SST per flush that is
+    /// always the oldest SST, one at a time; the key-disjoint SSTs of a
+    /// range-partitioned flush go to L1 side by side.
     pub fn pick_l0(&self, v: &Version, busy: &HashSet<u64>) -> Option<Task> {
-        let oldest = v.levels[0].last()?;
-        if busy.contains(&oldest.meta.id) {
-            return None; // one at a time, oldest first (invariant 1)
+        let by_age: Vec<&Arc<TableHandle>> = v.levels[0].iter().rev().collect();
+        // Older SSTs staying in L0: nothing overlapping them may pass them.
+        let mut left: Vec<&Arc<TableHandle>> = Vec::new();
+        for (i, t) in by_age.iter().enumerate() {
+            let (lo, hi) = (t.smallest_user_key(), t.largest_user_key());
+            if busy.contains(&t.meta.id) || overlaps_any(&left, lo, hi) {
+                left.push(t);
+                continue;
+            }
+            let l1 = v.overlapping(1, Some(lo), Some(hi));
+            if l1.iter().any(|x| busy.contains(&x.meta.id)) {
+                left.push(t);
+                continue;
+            }
+            return Some(self.l0_task(v, busy, t, l1, &by_age[i + 1..], left));
         }
-        let (lo, hi) = (oldest.smallest_user_key(), oldest.largest_user_key());
-        let l1 = v.overlapping(1, Some(lo), Some(hi));
-        if l1.iter().any(|t| busy.contains(&t.meta.id)) {
-            return None;
-        }
+        None
+    }
+
+    /// The L0 → L1 task of `first` over `l1` (the L1 tables it meets):
+    /// a trivial move, or a merge that also takes (up to
+    /// `vlsm_l0_batch_ssts`, oldest first) each newer idle SST inside the
+    /// range of the L1 rewrite that no SST left behind overlaps — so the
+    /// L1 inputs stay those of `first`.
+    fn l0_task<'v>(
+        &self,
+        v: &'v Version,
+        busy: &HashSet<u64>,
+        first: &Arc<TableHandle>,
+        l1: Vec<Arc<TableHandle>>,
+        newer: &[&'v Arc<TableHandle>],
+        mut left: Vec<&'v Arc<TableHandle>>,
+    ) -> Task {
+        let (lo, hi) = (first.smallest_user_key(), first.largest_user_key());
         if l1.is_empty() {
             let l2_bytes: u64 = v
                 .overlapping(2, Some(lo), Some(hi))
@@ -260,28 +297,41 @@ impl Vlsm {
                 .map(|t| t.meta.size_bytes)
                 .sum();
             let movable = if self.vsst {
-                self.vsst_params().is_good(oldest.meta.size_bytes, l2_bytes)
+                self.vsst_params().is_good(first.meta.size_bytes, l2_bytes)
             } else {
                 l2_bytes <= self.sst_size_bytes * MAX_GRANDPARENT_OVERLAP_FACTOR
             };
             if movable {
-                return Some(Task {
+                return Task {
                     kind: TaskKind::TrivialMove,
-                    inputs: vec![(0, vec![Arc::clone(oldest)]), (1, Vec::new())],
+                    inputs: vec![(0, vec![Arc::clone(first)]), (1, Vec::new())],
                     output_level: 1,
                     grandparents: Vec::new(),
                     cursor: None,
-                });
+                };
             }
         }
-        let (glo, ghi) = user_range(std::iter::once(oldest).chain(l1.iter()));
-        Some(Task {
+        let (glo, ghi) = user_range(std::iter::once(first).chain(l1.iter()));
+        let mut l0 = vec![Arc::clone(first)];
+        for t in newer {
+            if l0.len() >= self.l0_batch_ssts {
+                break;
+            }
+            let (s, l) = (t.smallest_user_key(), t.largest_user_key());
+            let inside = s >= glo.as_slice() && l <= ghi.as_slice();
+            if inside && !busy.contains(&t.meta.id) && !overlaps_any(&left, s, l) {
+                l0.push(Arc::clone(t));
+            } else {
+                left.push(t);
+            }
+        }
+        Task {
             kind: TaskKind::L0ToL1,
             grandparents: v.overlapping(2, Some(&glo), Some(&ghi)),
-            inputs: vec![(0, vec![Arc::clone(oldest)]), (1, l1)],
+            inputs: vec![(0, l0), (1, l1)],
             output_level: 1,
             cursor: None,
-        })
+        }
     }
 
     /// The idle L1 tables whose L2 overlaps are idle, best first: lowest
@@ -501,6 +551,13 @@ impl Vlsm {
         }
         Ok(edit)
     }
+}
+
+/// True if any of `tables` meets the user-key range `[lo, hi]`.
+fn overlaps_any(tables: &[&Arc<TableHandle>], lo: &[u8], hi: &[u8]) -> bool {
+    tables
+        .iter()
+        .any(|t| !(t.largest_user_key() < lo || t.smallest_user_key() > hi))
 }
 
 /// Tables sorted by smallest key.
