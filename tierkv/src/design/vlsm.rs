@@ -14,12 +14,17 @@
 //!   range each, and one L0 SST meets ≈ L1 / k of L1: with L1 = f × SM and
 //!   k = f, the L0 → L1 step costs what `classic`'s tiered step does while
 //!   each compaction stays one SST wide.
-//! * **L0 is a FIFO queue** of at most `vlsm_l0_max_ssts` SSTs. There is no
-//!   tiering step merging all of L0: the *oldest single* L0 SST is
-//!   compacted with the L1 tables it overlaps. L0 drains continuously, so
+//! * **L0 is a FIFO queue** of `vlsm_l0_max_ssts` SSTs (a flush is admitted
+//!   while the queue holds fewer, so it may briefly hold up to one flush's
+//!   SSTs more). There is no tiering step merging all of L0: the *oldest
+//!   single* L0 SST is compacted with the L1 tables it overlaps (oldest
+//!   among those its key range meets: key-disjoint SSTs of range-partitioned
+//!   flushes go side by side; `vlsm_l0_batch_ssts` > 1 lets one compaction
+//!   take newer SSTs lying inside the same L1 rewrite). L0 drains continuously, so
 //!   the queue is there to absorb bursts; when it is full, flushes wait
 //!   ([`Design::flush_blocked`]) and L0's chain goes first.
-//! * **Level sizes**: L1 = f × SM, L2 = Φ × L1, L(n+1) = f × Ln, so small
+//! * **Level sizes**: L1 = f × SM (or `vlsm_l1_size_bytes`), L2 = Φ × L1,
+//!   L(n+1) = f × Ln, so small
 //!   SSTs do not add levels (Φ > f makes up for the small L1).
 //! * **vSSTs in L1**: L0 → L1 output is cut by the overlap-aware rule of
 //!   [`crate::compaction::vsst`] (when `Options::vsst_enabled`, on by
