@@ -166,6 +166,11 @@ struct BenchArgs {
     /// `tierkv:vlsm` SST size in bytes (default: the scale's SST size / 8).
     #[arg(long = "vlsm_sst_size")]
     vlsm_sst_size: Option<u64>,
+    /// `tierkv:vlsm` memtable size in bytes (default: the run's memtable
+    /// size, cut into range-partitioned L0 SSTs; the SST size = the paper's
+    /// literal one SST per memtable). Per configuration: `tierkv:vlsm/mem=8m`.
+    #[arg(long = "vlsm_memtable_size")]
+    vlsm_memtable_size: Option<u64>,
     /// `tierkv:vlsm` growth factor Φ between L1 and L2.
     #[arg(long = "vlsm_phi", default_value_t = 32)]
     vlsm_phi: u64,
@@ -251,6 +256,7 @@ fn plan_from(args: &BenchArgs, configs: Vec<Config>, default_scale: Scale) -> Re
         delayed_write_rate_bytes_per_sec: args.delayed_write_rate,
         direct_io: args.use_direct_io_for_flush_and_compaction,
         vlsm_sst_size_bytes: args.vlsm_sst_size,
+        vlsm_memtable_size_bytes: args.vlsm_memtable_size,
         vlsm_phi: args.vlsm_phi,
         vlsm_growth_factor: args.vlsm_growth_factor,
         regions: args.regions,

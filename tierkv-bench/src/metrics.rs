@@ -210,6 +210,16 @@ pub struct Record {
     /// Extension: `[quantile, latency µs]` points of the latency CDF.
     #[serde(default)]
     pub latency_cdf: Vec<[f64; 2]>,
+    /// Extension: CPU microseconds (user + system, all threads, from
+    /// `getrusage`) per operation.
+    #[serde(default)]
+    pub cpu_us_per_op: f64,
+    /// Extension: CPU cycles per operation, the vLSM paper's CPU
+    /// efficiency: `cpu_seconds` × the nominal clock (`cpu MHz` of
+    /// /proc/cpuinfo) / ops — an estimate from CPU time, not a hardware
+    /// counter; 0 when the clock is unknown.
+    #[serde(default)]
+    pub cpu_cycles_per_op: f64,
 }
 
 /// The trough rule (rule 1): `(trough seconds, percent of judged seconds)`.
@@ -324,6 +334,16 @@ pub struct ProcessUsage {
     pub cpu_seconds: f64,
     /// Peak RSS.
     pub peak_rss_bytes: u64,
+    /// Nominal CPU clock in Hz (0 if unknown).
+    pub cpu_hz: f64,
+}
+
+fn per_op(total: f64, ops: u64) -> f64 {
+    if ops == 0 {
+        0.0
+    } else {
+        total / ops as f64
+    }
 }
 
 fn ratio(a: u64, b: u64) -> f64 {
@@ -412,6 +432,8 @@ pub fn build_record(
         num: ctx.num,
         key_size: ctx.key_size,
         latency_cdf: cdf,
+        cpu_us_per_op: per_op(usage.cpu_seconds * 1e6, t.ops),
+        cpu_cycles_per_op: per_op(usage.cpu_seconds * usage.cpu_hz, t.ops),
     }
 }
 

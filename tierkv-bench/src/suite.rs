@@ -229,6 +229,7 @@ pub fn run_config(plan: &Plan, config: &Config, rates: Option<&[f64]>) -> Result
             let usage = ProcessUsage {
                 cpu_seconds: sys::cpu_seconds() - cpu0,
                 peak_rss_bytes: sys::peak_rss_bytes(),
+                cpu_hz: sys::cpu_hz(),
             };
             let after = engine.stats()?;
             let ctx = RecordContext {

@@ -22,6 +22,19 @@ pub fn cpu_seconds() -> f64 {
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
+/// The nominal CPU clock in Hz: the first `cpu MHz` of /proc/cpuinfo, or 0.
+pub fn cpu_hz() -> f64 {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("cpu MHz"))
+                .and_then(|l| l.split(':').nth(1))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+        })
+        .map_or(0.0, |mhz| mhz * 1e6)
+}
+
 /// Resets the kernel's peak-RSS mark so that [`peak_rss_bytes`] measures from
 /// now (Linux `clear_refs` value 5). Best effort.
 pub fn reset_peak_rss() {

@@ -44,6 +44,11 @@ struct Setup {
     /// Route by key range (`regions` − 1 boundaries splitting the key space
     /// evenly) instead of by hash.
     range_routing: bool,
+    /// Memtables of this many SSTs (vlsm cuts a flush into range-partitioned
+    /// L0 SSTs).
+    ssts_per_memtable: usize,
+    /// `Options::vlsm_l0_batch_ssts`.
+    l0_batch: usize,
 }
 
 impl Setup {
@@ -58,6 +63,8 @@ impl Setup {
             compact_range: true,
             regions: 1,
             range_routing: false,
+            ssts_per_memtable: 1,
+            l0_batch: 1,
         }
     }
 }
@@ -174,7 +181,7 @@ impl Harness {
         let mut o = Options {
             design: self.setup.design,
             fs: Arc::new(self.fs.clone()),
-            memtable_size_bytes: 64 << 10,
+            memtable_size_bytes: (64 << 10) * self.setup.ssts_per_memtable,
             sst_size_bytes: 64 << 10,
             l1_size_bytes: 256 << 10,
             level_size_multiplier: 4,
@@ -190,7 +197,8 @@ impl Harness {
             vsst: self.setup.vsst,
             vlsm_growth_factor: 2,
             vlsm_phi: 2,
-            vlsm_l0_max_ssts: 3,
+            vlsm_l0_max_ssts: 3 * self.setup.ssts_per_memtable,
+            vlsm_l0_batch_ssts: self.setup.l0_batch,
             regions: self.setup.regions,
             region_boundaries: if self.setup.range_routing {
                 (1..self.setup.regions as u32)
@@ -546,6 +554,8 @@ macro_rules! model_test {
 model_test!(classic_ssd_wal, Preset::Classic, pm_wal: false, seeds: &[1, 2, 3, 4, 5, 6]);
 model_test!(classic_pm_wal, Preset::Classic, pm_wal: true, seeds: &[11, 12, 13, 14]);
 model_test!(vlsm_ssd_wal, Preset::Vlsm, pm_wal: false, seeds: &[21, 22, 23, 24], keys: 4000);
+model_test!(vlsm_partitioned_flush, Preset::Vlsm, pm_wal: false, seeds: &[25, 26], keys: 4000, ssts_per_memtable: 4);
+model_test!(vlsm_partitioned_batch, Preset::Vlsm, pm_wal: false, seeds: &[19, 20], keys: 4000, ssts_per_memtable: 4, l0_batch: 3);
 model_test!(vlsm_background_only, Preset::Vlsm, pm_wal: false, seeds: &[27, 28, 29], keys: 4000, compact_range: false);
 model_test!(classic_vsst, Preset::Classic, pm_wal: false, seeds: &[31, 32, 33], vsst: Some(true));
 // Regions: four LSMs in one Db, routed by hash and by key range.

@@ -27,7 +27,7 @@
 //!
 //! `define` options: `l0_trigger`, `l0_slowdown`, `l0_stop`, `l1`, `mult`,
 //! `sst`, `levels`, `soft`, `hard`, `design`, and for vLSM `f`, `phi`,
-//! `l0_max`, `vsst=on|off`.
+//! `l0_max`, `l0_batch`, `l1_size`, `vsst=on|off`.
 //!
 //! PM container designs (`define design=triangle` or `design=matrix`, with
 //! `pm=` the simulated PM tier, `mem=` the memtable size, `limit=` the
@@ -414,6 +414,8 @@ impl Script {
                         "f" => o.vlsm_growth_factor = v.parse().expect("n"),
                         "phi" => o.vlsm_phi = v.parse().expect("n"),
                         "l0_max" => o.vlsm_l0_max_ssts = v.parse().expect("n"),
+                        "l0_batch" => o.vlsm_l0_batch_ssts = v.parse().expect("n"),
+                        "l1_size" => o.vlsm_l1_size_bytes = Some(parse_size(v)),
                         "vsst" => o.vsst = Some(*v == "on"),
                         other => panic!("unknown define option {other}"),
                     }

@@ -180,6 +180,73 @@ fn vlsm_queue_single_sst_compactions_and_vssts() {
     check(&db, &model);
 }
 
+/// Memtables of 4 SSTs: each flush is cut into range-partitioned L0 SSTs
+/// of at most SM, key-disjoint within a flush; each L0 → L1 compaction
+/// takes one of them and only the L1 tables under it.
+#[test]
+fn vlsm_flush_is_cut_into_range_partitioned_l0_ssts() {
+    let fs = MemFs::new();
+    let o = Options {
+        memtable_size_bytes: 4 * SST as usize,
+        vlsm_l0_max_ssts: 12,
+        ..opts(&fs, Preset::Vlsm)
+    };
+    let db = Db::open(Path::new("/db"), o.clone()).expect("open");
+    // A queue of 12 admits a flush while it holds 11: at most 11 + 4 + 1.
+    let model = load(&db, 9, 60_000, 20_000, 16);
+    db.flush().expect("flush");
+    check(&db, &model);
+    let stats = db.stats();
+    let mut split = 0;
+    for f in &stats.flushes {
+        assert!(
+            f.output_bytes <= 4 * SST + 8 * 1024,
+            "flush wrote {} bytes",
+            f.output_bytes
+        );
+    }
+    for t in tables(&db).iter().filter(|t| t.level == 0) {
+        assert!(t.size <= SST + SST / 4, "L0 SST above SM: {t:?}");
+        split += 1;
+    }
+    let mut l0_to_l1 = 0;
+    let (mut l0_bytes, mut l1_bytes) = (0u64, 0u64);
+    for c in &stats.compactions {
+        let l0_in: u64 = c
+            .input_bytes
+            .iter()
+            .filter(|(l, _)| *l == 0)
+            .map(|(_, b)| *b)
+            .sum();
+        if l0_in > 0 && c.kind == "l0-l1" {
+            l0_to_l1 += 1;
+            assert!(
+                l0_in <= SST + SST / 4,
+                "an L0 -> L1 took {l0_in} bytes: {c:?}"
+            );
+            l0_bytes += l0_in;
+            l1_bytes += c
+                .input_bytes
+                .iter()
+                .filter(|(l, _)| *l == 1)
+                .map(|(_, b)| *b)
+                .sum::<u64>();
+        }
+    }
+    assert!(l0_to_l1 > 40, "only {l0_to_l1} L0 -> L1 compactions");
+    // L1 = f × SM = one memtable: one L0 SST (a quarter of a memtable's
+    // key range) meets about a quarter of L1, i.e. about its own size —
+    // not the whole of L1 (4×) as one SST per memtable would.
+    let ratio = l1_bytes as f64 / l0_bytes as f64;
+    eprintln!(
+        "L0 -> L1: {l0_to_l1} compactions, L1 bytes per L0 byte {ratio:.2}; {split} L0 SSTs left"
+    );
+    assert!(ratio < 2.5, "L1 bytes per L0 byte {ratio:.2}");
+    db.close().expect("close");
+    let db = Db::open(Path::new("/db"), o).expect("reopen");
+    check(&db, &model);
+}
+
 #[test]
 fn vlsm_full_queue_stalls_are_l0_stop() {
     let fs = MemFs::new();
@@ -266,8 +333,10 @@ fn vlsm_preset_defaults_follow_the_paper() {
     let o = Options::for_design(Preset::Vlsm);
     assert_eq!(o.design, Preset::Vlsm);
     assert_eq!(o.sst_size_bytes, 8 << 20);
-    assert_eq!(o.memtable_size_bytes, 8 << 20);
+    // The same memtables as classic (64 MB, two), flushed as 8 L0 SSTs.
+    assert_eq!(o.memtable_size_bytes, 64 << 20);
     assert_eq!(o.memtable_count_max, 2);
+    assert_eq!(o.vlsm_l0_max_ssts, 32);
     assert_eq!((o.vlsm_growth_factor, o.vlsm_phi), (8, 32));
     assert!(o.vsst_enabled());
     assert!(o.validate().is_ok());

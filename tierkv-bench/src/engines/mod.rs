@@ -142,6 +142,11 @@ pub struct EngineStats {
     pub levels: Vec<LevelShape>,
 }
 
+/// The preset of a tierkv configuration `<preset>[/knob=value]*`.
+pub fn preset_name(spec: &str) -> &str {
+    spec.split('/').next().unwrap_or(spec)
+}
+
 /// Which engine a configuration runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EngineKind {
@@ -155,7 +160,10 @@ pub enum EngineKind {
     Fake,
 }
 
-/// A named configuration, e.g. `tierkv:triangle` or `rocksdb-ssd`.
+/// A named configuration, e.g. `tierkv:triangle` or `rocksdb-ssd`. A
+/// tierkv configuration may end in knobs that override the run's setup for
+/// it alone, so variants run side by side: `tierkv:vlsm/sst=4m/phi=16`
+/// (see `tierkv::parse_knobs`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// The name as given (`tierkv` is normalised to `tierkv:classic`).
@@ -174,7 +182,8 @@ impl Config {
             "fake" => EngineKind::Fake,
             "tierkv" => EngineKind::Tierkv("classic".into()),
             _ => match s.strip_prefix("tierkv:") {
-                Some(p) if ::tierkv::Preset::from_name(p).is_some() => {
+                Some(p) if ::tierkv::Preset::from_name(preset_name(p)).is_some() => {
+                    self::tierkv::parse_knobs(p)?;
                     EngineKind::Tierkv(p.to_string())
                 }
                 Some(p) => {
@@ -210,7 +219,9 @@ impl Config {
     /// True if the configuration keeps data in the PM directory.
     pub fn uses_pm(&self) -> bool {
         match &self.kind {
-            EngineKind::Tierkv(p) => ::tierkv::Preset::from_name(p).is_some_and(|p| p.needs_pm()),
+            EngineKind::Tierkv(p) => {
+                ::tierkv::Preset::from_name(preset_name(p)).is_some_and(|p| p.needs_pm())
+            }
             EngineKind::RocksdbL0Pm => true,
             EngineKind::RocksdbSsd | EngineKind::Fake => false,
         }
@@ -263,9 +274,14 @@ pub struct EngineSetup {
     /// Inject one stall of this many milliseconds after this many writes
     /// (fake engine only; tests of the open-loop scheduler).
     pub fake_stall: Option<(u64, u64)>,
-    /// `tierkv:vlsm`: SST (and memtable) size; default = `sst_size_bytes` / 8
+    /// `tierkv:vlsm`: SST size; default = `sst_size_bytes` / 8
     /// (8 MB at `medium`, the paper's best size).
     pub vlsm_sst_size_bytes: Option<u64>,
+    /// `tierkv:vlsm`: memtable size; default = `memtable_size_bytes` (the
+    /// same memory as the other configurations; flushes are cut into
+    /// range-partitioned SSTs). The SST size gives the paper's literal
+    /// one-SST-per-memtable setting.
+    pub vlsm_memtable_size_bytes: Option<u64>,
     /// `tierkv:vlsm`: growth factor Φ between L1 and L2.
     pub vlsm_phi: u64,
     /// `tierkv:vlsm`: growth factor f between the other levels.
@@ -293,6 +309,7 @@ impl EngineSetup {
             direct_io: false,
             fake_stall: None,
             vlsm_sst_size_bytes: None,
+            vlsm_memtable_size_bytes: None,
             vlsm_phi: 32,
             vlsm_growth_factor: 8,
             regions: 1,
@@ -346,6 +363,12 @@ mod tests {
         assert!(Config::parse("rocksdb-l0-pm").is_ok_and(|c| c.uses_pm()));
         assert!(Config::parse("rocksdb-ssd").is_ok_and(|c| !c.uses_pm()));
         assert!(Config::parse("tierkv:nope").is_err());
+        let c = Config::parse("tierkv:vlsm/mem=8m/phi=16").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.name, "tierkv:vlsm/mem=8m/phi=16");
+        assert!(!c.uses_pm());
+        assert_eq!(c.file_name(), "tierkv_vlsm_mem_8m_phi_16");
+        assert!(Config::parse("tierkv:vlsm/nope=1").is_err());
+        assert!(Config::parse("tierkv:vlsm/mem=x").is_err());
         assert!(Config::parse("leveldb").is_err());
     }
 }

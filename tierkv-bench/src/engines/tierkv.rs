@@ -57,17 +57,126 @@ pub fn options_for(preset: Preset, setup: &EngineSetup) -> Options {
     }
     o.regions = setup.regions;
     if preset == Preset::Vlsm {
-        // vLSM's small SSTs: memtables are SST-sized (paper §6.2), L1 = f × SST.
+        // vLSM's small SSTs (SST / 8: 8 MB at `medium`) with the run's
+        // memtables (the same memory as the other configurations), each
+        // flush cut into range-partitioned L0 SSTs; L1 = f × SST; an L0
+        // queue of 4 memtables' worth of SSTs (RocksDB's L0 at its trigger).
         let sst = setup
             .vlsm_sst_size_bytes
             .unwrap_or((setup.sst_size_bytes / 8).max(256 << 10));
         o.sst_size_bytes = sst;
-        o.memtable_size_bytes = sst as usize;
+        if let Some(m) = setup.vlsm_memtable_size_bytes {
+            o.memtable_size_bytes = m as usize;
+        }
         o.vlsm_phi = setup.vlsm_phi;
         o.vlsm_growth_factor = setup.vlsm_growth_factor;
         o.l1_size_bytes = setup.vlsm_growth_factor * sst;
+        o.vlsm_l0_max_ssts = (4 * o.memtable_size_bytes as u64)
+            .div_ceil(sst)
+            .clamp(4, 1000) as usize;
     }
     o
+}
+
+/// One knob of a configuration `<preset>/knob=value/...`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Knob {
+    /// `mem=`: memtable bytes.
+    Memtable(u64),
+    /// `sst=`: SST bytes (vlsm: its small SST size).
+    Sst(u64),
+    /// `phi=`: vlsm's Φ.
+    Phi(u64),
+    /// `f=`: vlsm's growth factor f.
+    GrowthFactor(u64),
+    /// `l0=`: vlsm's L0 queue length in SSTs.
+    L0MaxSsts(u64),
+    /// `regions=`: regions.
+    Regions(u64),
+    /// `batch=`: vlsm's L0 SSTs per L0 → L1 compaction at most.
+    L0Batch(u64),
+    /// `l1=`: L1 target bytes (vlsm: default f × SST; PM designs: default
+    /// the PM size; classic: `--max_bytes_for_level_base`) — the paper's
+    /// Fig. 19 sweep runs `tierkv:triangle/l1=256m` beside the default.
+    L1Size(u64),
+    /// `hints=0|1`: the PM designs' cross-row hint search (default on).
+    Hints(bool),
+}
+
+/// Parses the knobs after the preset: `vlsm/mem=8m/phi=16` → `[Memtable(8 MiB),
+/// Phi(16)]`. Sizes take an optional `k`, `m` or `g` suffix (binary).
+pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
+    let mut out = Vec::new();
+    for part in spec.split('/').skip(1) {
+        let (name, value) = part
+            .split_once('=')
+            .ok_or_else(|| Error::Usage(format!("knob `{part}` of `{spec}` is not name=value")))?;
+        let v = value.to_ascii_lowercase();
+        let (digits, mult) = match v.as_bytes().last() {
+            Some(b'k') => (&v[..v.len() - 1], 1u64 << 10),
+            Some(b'm') => (&v[..v.len() - 1], 1 << 20),
+            Some(b'g') => (&v[..v.len() - 1], 1 << 30),
+            _ => (v.as_str(), 1),
+        };
+        let n: u64 = digits
+            .parse()
+            .ok()
+            .and_then(|n: u64| n.checked_mul(mult))
+            .ok_or_else(|| Error::Usage(format!("knob `{part}` of `{spec}`: bad number")))?;
+        out.push(match name {
+            "mem" => Knob::Memtable(n),
+            "sst" => Knob::Sst(n),
+            "phi" => Knob::Phi(n),
+            "f" => Knob::GrowthFactor(n),
+            "l0" => Knob::L0MaxSsts(n),
+            "regions" => Knob::Regions(n),
+            "batch" => Knob::L0Batch(n),
+            "l1" => Knob::L1Size(n),
+            "hints" if n <= 1 => Knob::Hints(n == 1),
+            "hints" => {
+                return Err(Error::Usage(format!(
+                    "knob `{part}` of `{spec}`: hints is 0 or 1"
+                )))
+            }
+            _ => {
+                return Err(Error::Usage(format!(
+                    "unknown knob `{name}` in `{spec}`; knobs: mem, sst, phi, f, l0, batch, l1, regions, hints"
+                )))
+            }
+        });
+    }
+    Ok(out)
+}
+
+/// The options of configuration `spec` (`<preset>[/knob=value]*`): the
+/// knobs change the setup first, `l0=` the options last.
+pub fn options_for_spec(preset: Preset, spec: &str, setup: &EngineSetup) -> Result<Options> {
+    let knobs = parse_knobs(spec)?;
+    let mut s = setup.clone();
+    for k in &knobs {
+        match *k {
+            Knob::Memtable(n) if preset == Preset::Vlsm => s.vlsm_memtable_size_bytes = Some(n),
+            Knob::Memtable(n) => s.memtable_size_bytes = n,
+            Knob::Sst(n) if preset == Preset::Vlsm => s.vlsm_sst_size_bytes = Some(n),
+            Knob::Sst(n) => s.sst_size_bytes = n,
+            Knob::Phi(n) => s.vlsm_phi = n,
+            Knob::GrowthFactor(n) => s.vlsm_growth_factor = n,
+            Knob::Regions(n) => s.regions = n as usize,
+            Knob::L0MaxSsts(_) | Knob::L0Batch(_) | Knob::L1Size(_) | Knob::Hints(_) => {}
+        }
+    }
+    let mut o = options_for(preset, &s);
+    for k in &knobs {
+        match *k {
+            Knob::L0MaxSsts(n) => o.vlsm_l0_max_ssts = n as usize,
+            Knob::L0Batch(n) => o.vlsm_l0_batch_ssts = n as usize,
+            Knob::L1Size(n) if preset == Preset::Vlsm => o.vlsm_l1_size_bytes = Some(n),
+            Knob::L1Size(n) => o.l1_size_bytes = n,
+            Knob::Hints(on) => o.pm_hints = on,
+            _ => {}
+        }
+    }
+    Ok(o)
 }
 
 impl TierkvEngine {
@@ -76,9 +185,10 @@ impl TierkvEngine {
     /// Errors: `Error::Refused` for anything `Db::open` rejects (a design
     /// not available yet is `InvalidOptions` there).
     pub fn open(preset: &str, setup: &EngineSetup) -> Result<TierkvEngine> {
-        let p = Preset::from_name(preset)
+        let p = Preset::from_name(super::preset_name(preset))
             .ok_or_else(|| Error::Refused(format!("unknown tierkv preset `{preset}`")))?;
-        let db = Db::open(&setup.ssd_dir, options_for(p, setup)).map_err(|e| match e {
+        let opts = options_for_spec(p, preset, setup)?;
+        let db = Db::open(&setup.ssd_dir, opts).map_err(|e| match e {
             ::tierkv::Error::InvalidOptions(m) => Error::Refused(format!("tierkv:{preset}: {m}")),
             other => Error::Refused(format!("tierkv:{preset}: open failed: {other}")),
         })?;
@@ -213,5 +323,18 @@ mod tests {
             Some(std::path::Path::new("/dev/shm/y"))
         );
         assert_eq!(o.l1_size_bytes, 16 << 20);
+    }
+
+    #[test]
+    fn l1_and_hints_knobs() {
+        let s = EngineSetup::defaults("/tmp/x".into(), "/dev/shm/y".into());
+        let o = options_for_spec(Preset::Triangle, "triangle/l1=256m/hints=0", &s).unwrap();
+        assert_eq!(o.l1_size_bytes, 256 << 20);
+        assert!(!o.pm_hints);
+        let o = options_for_spec(Preset::Classic, "classic/l1=400m", &s).unwrap();
+        assert_eq!(o.l1_size_bytes, 400 << 20);
+        let o = options_for_spec(Preset::Vlsm, "vlsm/l1=64m", &s).unwrap();
+        assert_eq!(o.vlsm_l1_size_bytes, Some(64 << 20));
+        assert!(parse_knobs("triangle/hints=2").is_err());
     }
 }

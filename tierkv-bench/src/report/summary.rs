@@ -68,11 +68,11 @@ pub fn markdown(records: &[Record], json: &Path, files: &[String]) -> String {
         );
         let _ = writeln!(
             s,
-            "| config | ops/s | MB/s | P50 | P99 | P99.9 | P99.99 | max | stall % | troughs % | SSD write-amp | total write-amp | I/O amp | chain MiB avg / max | CPU s | peak RSS MiB |"
+            "| config | ops/s | MB/s | P50 | P99 | P99.9 | P99.99 | max | stall % | troughs % | SSD write-amp | total write-amp | I/O amp | chain MiB avg / max | CPU s | CPU kcycles/op | peak RSS MiB |"
         );
         let _ = writeln!(
             s,
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
         );
         for r in &g.records {
             let b = base.filter(|b| !std::ptr::eq(*b, *r));
@@ -85,7 +85,7 @@ pub fn markdown(records: &[Record], json: &Path, files: &[String]) -> String {
             };
             let _ = writeln!(
                 s,
-                "| {} | {}{} | {:.1} | {} {:.1}{} | {:.1} | {} | {} | {} | {:.1} / {:.1} | {:.1} | {:.0} |",
+                "| {} | {}{} | {:.1} | {} {:.1}{} | {:.1} | {} | {} | {} | {:.1} / {:.1} | {:.1} | {:.1} | {:.0} |",
                 r.config,
                 fmt_count(r.ops_per_sec),
                 ratio(r.ops_per_sec, b.map(|b| b.ops_per_sec)),
@@ -104,6 +104,7 @@ pub fn markdown(records: &[Record], json: &Path, files: &[String]) -> String {
                 r.chain_bytes.avg / 1048576.0,
                 r.chain_bytes.max as f64 / 1048576.0,
                 r.cpu_seconds,
+                r.cpu_cycles_per_op / 1e3,
                 r.peak_rss_bytes as f64 / 1048576.0
             );
         }

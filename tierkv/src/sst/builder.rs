@@ -437,7 +437,16 @@ impl TableBuilder {
 
     /// Writes the filter, properties and index blocks and the footer, syncs
     /// the file, and returns the table's properties.
-    pub fn finish(mut self) -> Result<TableProps> {
+    pub fn finish(self) -> Result<TableProps> {
+        let (props, mut file) = self.finish_unsynced()?;
+        file.sync()?;
+        Ok(props)
+    }
+
+    /// [`TableBuilder::finish`] without the sync: returns the file too, for
+    /// the caller to sync (e.g. all outputs of a compaction at once) before
+    /// the table is referenced by anything durable.
+    pub fn finish_unsynced(mut self) -> Result<(TableProps, Box<dyn WritableFile>)> {
         self.check()?;
         self.flush_data_block()?;
 
@@ -478,15 +487,13 @@ impl TableBuilder {
         let r = self.file.append(&footer);
         self.record(r)?;
         self.offset += FOOTER_LEN as u64;
-        let r = self.file.sync();
-        self.record(r)?;
         self.finished = true;
 
         let mut props = std::mem::take(&mut self.props);
         props.file_size_bytes = self.offset;
         props.index_size_bytes = index_handle.size;
         props.filter_size_bytes = filter_handle.size;
-        Ok(props)
+        Ok((props, self.file))
     }
 
     /// Gives up on the table: nothing more is written. The caller removes

@@ -7,7 +7,9 @@
 //!
 //! Invariants:
 //! 1. L0 tables are ordered newest first (`seq_max` descending); their key
-//!    ranges may overlap, their seqno ranges do not.
+//!    ranges may overlap, their seqno ranges do not — except between
+//!    key-disjoint tables (one flush cut into several L0 SSTs), where no
+//!    key can be in both.
 //! 2. Tables of L1 and below are ordered by smallest key and do not overlap.
 //! 3. A table's file or PM pages are released only when it has been removed
 //!    by an edit *and* the last `Arc<TableHandle>` (held by versions,
@@ -483,7 +485,9 @@ impl Version {
             assert!(
                 w[0].meta.seq_min > w[1].meta.seq_max
                     || w[0].meta.entries == 0
-                    || w[1].meta.entries == 0,
+                    || w[1].meta.entries == 0
+                    || w[0].largest_user_key() < w[1].smallest_user_key()
+                    || w[1].largest_user_key() < w[0].smallest_user_key(),
                 "L0 seqno ranges overlap: {:?} {:?}",
                 w[0],
                 w[1]
