@@ -304,6 +304,7 @@ impl Engine for TierkvEngine {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
