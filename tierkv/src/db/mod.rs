@@ -143,6 +143,14 @@ impl LogWriter {
             LogWriter::Pm(w) => w.sync(),
         }
     }
+    /// Hands buffered records to the OS (a file log; a PM log writes in
+    /// place).
+    fn flush(&mut self) -> Result<()> {
+        match self {
+            LogWriter::File(w) => w.flush(),
+            LogWriter::Pm(_) => Ok(()),
+        }
+    }
     fn is_pm(&self) -> bool {
         matches!(self, LogWriter::Pm(_))
     }
@@ -1039,7 +1047,11 @@ impl Inner {
                 if sync || log.is_pm() {
                     log.sync()
                 } else {
-                    Ok(())
+                    // As RocksDB does unless `manual_wal_flush`: the record
+                    // reaches the OS before the write is acknowledged, so it
+                    // survives a crash of the process (a power loss needs
+                    // `sync`).
+                    log.flush()
                 }
             });
             let written = log.bytes_written() - before;
