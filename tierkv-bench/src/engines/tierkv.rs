@@ -101,6 +101,9 @@ pub enum Knob {
     L1Size(u64),
     /// `hints=0|1`: the PM designs' cross-row hint search (default on).
     Hints(bool),
+    /// `limit=`: the PM container's size limit, where sides start (default
+    /// 60% of PM).
+    ContainerLimit(u64),
 }
 
 /// Parses the knobs after the preset: `vlsm/mem=8m/phi=16` → `[Memtable(8 MiB),
@@ -133,6 +136,7 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
             "batch" => Knob::L0Batch(n),
             "l1" => Knob::L1Size(n),
             "hints" if n <= 1 => Knob::Hints(n == 1),
+            "limit" => Knob::ContainerLimit(n),
             "hints" => {
                 return Err(Error::Usage(format!(
                     "knob `{part}` of `{spec}`: hints is 0 or 1"
@@ -140,7 +144,7 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
             }
             _ => {
                 return Err(Error::Usage(format!(
-                    "unknown knob `{name}` in `{spec}`; knobs: mem, sst, phi, f, l0, batch, l1, regions, hints"
+                    "unknown knob `{name}` in `{spec}`; knobs: mem, sst, phi, f, l0, batch, l1, regions, hints, limit"
                 )))
             }
         });
@@ -162,7 +166,11 @@ pub fn options_for_spec(preset: Preset, spec: &str, setup: &EngineSetup) -> Resu
             Knob::Phi(n) => s.vlsm_phi = n,
             Knob::GrowthFactor(n) => s.vlsm_growth_factor = n,
             Knob::Regions(n) => s.regions = n as usize,
-            Knob::L0MaxSsts(_) | Knob::L0Batch(_) | Knob::L1Size(_) | Knob::Hints(_) => {}
+            Knob::L0MaxSsts(_)
+            | Knob::L0Batch(_)
+            | Knob::L1Size(_)
+            | Knob::Hints(_)
+            | Knob::ContainerLimit(_) => {}
         }
     }
     let mut o = options_for(preset, &s);
@@ -173,6 +181,7 @@ pub fn options_for_spec(preset: Preset, spec: &str, setup: &EngineSetup) -> Resu
             Knob::L1Size(n) if preset == Preset::Vlsm => o.vlsm_l1_size_bytes = Some(n),
             Knob::L1Size(n) => o.l1_size_bytes = n,
             Knob::Hints(on) => o.pm_hints = on,
+            Knob::ContainerLimit(n) => o.pm_container_limit_bytes = n,
             _ => {}
         }
     }
@@ -337,5 +346,7 @@ mod tests {
         let o = options_for_spec(Preset::Vlsm, "vlsm/l1=64m", &s).unwrap();
         assert_eq!(o.vlsm_l1_size_bytes, Some(64 << 20));
         assert!(parse_knobs("triangle/hints=2").is_err());
+        let o = options_for_spec(Preset::Matrix, "matrix/limit=96m", &s).unwrap();
+        assert_eq!(o.pm_container_limit_bytes, 96 << 20);
     }
 }
