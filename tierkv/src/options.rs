@@ -182,7 +182,9 @@ pub struct Options {
     /// from the rows (0 = min(8, `background_threads`)).
     pub pm_collector_threads: usize,
     /// PM container designs: container bytes at which L0→L1 compaction
-    /// starts (0 = 60% of the PM tier, the paper's setting).
+    /// starts (0 = 60% of the PM left after two WALs and two flushed rows:
+    /// the paper's 60% of PM at its scale, and room for flushes above the
+    /// limit on a small PM tier).
     pub pm_container_limit_bytes: u64,
     /// Cut L1 compaction output into overlap-aware vSSTs (vLSM §4.2): a
     /// table of L1 closes at `sst_size_bytes / vlsm_growth_factor` when it

@@ -8,8 +8,9 @@
 //!   present when it was last emptied, `seq_max <= compactor_seq` in the
 //!   container state — and a **receiver**, the rows flushed since.
 //! * When the compactor is empty and the receiver holds the container
-//!   limit (60% of PM by default), the receiver becomes the compactor
-//!   (recorded by the first column's edit).
+//!   limit (by default 60% of the PM left after two WALs and two rows),
+//!   the receiver becomes the compactor (recorded by the first column's
+//!   edit).
 //! * **Column compaction** drains the compactor in key order: a column
 //!   starts where the previous one ended and takes the compactor's data
 //!   of consecutive L1 ranges; it is cut only at L1 table boundaries, once

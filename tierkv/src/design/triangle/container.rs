@@ -607,8 +607,20 @@ impl Config {
                 opts.design, opts.background_threads
             )));
         }
+        // The paper starts sides at 60% of PM: 4.8 GB of 8 GB, where two
+        // 64 MB WALs and a flush's row hardly count. On a PM tier only a few
+        // memtables big (BENCH.md's scales: 400 MB for 64 MB memtables),
+        // 60% of all of PM leaves less room than one flush above the limit,
+        // so writers wait on PM at every flush. The default takes 60% of
+        // what is left after two WALs and two rows: the paper's figure at
+        // its scale (≈ 4.76 GB of 8 GB), ≈ 84 MB of 400 MB at `medium`.
+        // (`tierkv-bench compare --configs tierkv:triangle,tierkv:triangle/limit=96m
+        // --benchmarks fillrandom --scale medium`, 60% of all PM against
+        // 96 MB, twice in one run: 55.5 / 50.1 K against 72.4 / 66.0 K
+        // ops/s, SSD write-amp 2.60 / 2.88 against 2.24 / 2.24.)
+        let headroom_bytes = 2 * wal_bytes + 2 * row_estimate_bytes;
         let limit_bytes = match opts.pm_container_limit_bytes {
-            0 => capacity_bytes / 10 * 6,
+            0 => (capacity_bytes.saturating_sub(headroom_bytes) / 10 * 6).max(row_estimate_bytes),
             n => n,
         };
         // The paper's sides are ½·AF·S_sst ..= AF·S_sst with S_sst = 64 MB

@@ -6,7 +6,9 @@
 //!   previous row; a memtable that overlaps nothing in L0 and L1 goes
 //!   straight to L1 as SSTs (**sequential bypass**).
 //! * **Right-angle side compaction** ([`picker`]): once the container holds
-//!   60% of PM (`Options::pm_container_limit_bytes`), one key range of
+//!   its limit (`Options::pm_container_limit_bytes`; default 60% of the PM
+//!   left after two WALs and two rows — the paper's 60% of PM at its
+//!   scale, see `container::Config::new`), one key range of
 //!   every row — chosen along the L1 table boundaries, rotating through
 //!   the key space, between ½·AF·S_sst and AF·S_sst of L0 data — is
 //!   gathered by `k` collector threads (`Options::pm_collector_threads`,

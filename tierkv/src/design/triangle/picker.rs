@@ -19,8 +19,9 @@
 //!    it wraps to the start, so sides rotate through the whole key space.
 //!
 //! The side is only picked while the container holds at least its limit
-//! (60% of PM by default) or PM runs short; L1→L2 and deeper compactions
-//! compete by score (classic leveled scores with L1 = `l1_size_bytes`).
+//! (by default 60% of the PM left after two WALs and two rows) or PM runs
+//! short; L1→L2 and deeper compactions compete by score (classic leveled
+//! scores with L1 = `l1_size_bytes`).
 
 use std::collections::HashSet;
 use std::sync::Arc;
