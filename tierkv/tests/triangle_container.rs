@@ -159,6 +159,24 @@ fn churn(preset: Preset, seed: u64) {
         }
     }
     drop(snap);
+    // Released pages come back: once the writers stop, the sides bring the
+    // container back under its limit (how far behind they are while the
+    // writers run depends on the machine's load, so wait for them).
+    let container_bytes = |db: &Db| -> u64 {
+        db.stats()
+            .levels
+            .iter()
+            .filter(|l| l.level == 0 && l.tier == Tier::Pm)
+            .map(|l| l.bytes)
+            .sum()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut l0_pm = container_bytes(&db);
+    while l0_pm >= 2 << 20 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        l0_pm = container_bytes(&db);
+    }
+    assert!(l0_pm < 2 << 20, "{preset}: container holds {l0_pm} bytes");
     let st = db.stats();
     let sides = st
         .compactions
@@ -188,24 +206,6 @@ fn churn(preset: Preset, seed: u64) {
         l0_inputs.iter().all(|&b| b < 1 << 20),
         "{preset}: {l0_inputs:?}"
     );
-    // Released pages come back: once the writers stop, the sides bring the
-    // container back under its limit (how far behind they are while the
-    // writers run depends on the machine's load, so wait for them).
-    let container_bytes = |db: &Db| -> u64 {
-        db.stats()
-            .levels
-            .iter()
-            .filter(|l| l.level == 0 && l.tier == Tier::Pm)
-            .map(|l| l.bytes)
-            .sum()
-    };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let mut l0_pm = container_bytes(&db);
-    while l0_pm >= 2 << 20 && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        l0_pm = container_bytes(&db);
-    }
-    assert!(l0_pm < 2 << 20, "{preset}: container holds {l0_pm} bytes");
     check_all(&db, &m, &mut rng, &format!("{preset} end"));
     db.close().expect("close");
 
