@@ -215,8 +215,8 @@ struct Inner {
     writers: Mutex<VecDeque<Arc<Writer>>>,
     writers_cv: Condvar,
     log: Mutex<LogWriter>,
-    /// SSD WALs retired by memtable switches and not yet synced.
-    /// Retired SSD WALs not known durable yet, with their numbers.
+    /// SSD WALs retired by memtable switches and not known durable yet,
+    /// with their numbers, oldest first.
     closed_logs: Mutex<Vec<(u64, LogWriter)>>,
     super_version: RwLock<Arc<SuperVersion>>,
     last_seq: AtomicU64,
@@ -1444,13 +1444,19 @@ impl Inner {
     }
 
     /// Flushes `mem`, the oldest immutable memtable of `region`.
-    /// Syncs (and closes) the WALs retired since the last call.
+    /// Syncs (and closes) the WALs retired since the last call, oldest
+    /// first. A log whose sync fails stays, with every later one, so the
+    /// next sync write tries again instead of skipping it.
     fn sync_closed_logs(&self) -> Result<()> {
         let mut closed = self.closed_logs.lock();
-        for (_, mut log) in closed.drain(..) {
+        let mut synced = 0;
+        let r = closed.iter_mut().try_for_each(|(_, log)| {
             log.sync()?;
-        }
-        Ok(())
+            synced += 1;
+            Ok(())
+        });
+        closed.drain(..synced);
+        r
     }
 
     /// Flushes `mem`; returns the SSD WALs it made obsolete, for the caller

@@ -508,6 +508,12 @@ mod tests {
         }
     }
 
+    /// A new, empty single-region database in `dir`.
+    fn create(fs: &Arc<dyn FileSystem>, dir: &Path, ctx: Arc<TableContext>) -> VersionSet {
+        let stats = Arc::new(StatsRecorder::new());
+        VersionSet::create(Arc::clone(fs), dir, ctx, stats, 4, single_region()).unwrap()
+    }
+
     fn open(fs: &Arc<dyn FileSystem>, dir: &Path) -> (VersionSet, Recovered) {
         let stats = Arc::new(StatsRecorder::new());
         VersionSet::recover(Arc::clone(fs), dir, ctx(fs, dir), stats, 4, single_region()).unwrap()
@@ -521,16 +527,7 @@ mod tests {
         let mem: Arc<dyn FileSystem> = Arc::new(MemFs::new());
         let dir = Path::new("/db");
         mem.create_dir_all(dir).unwrap();
-        let stats = Arc::new(StatsRecorder::new());
-        let vs = VersionSet::create(
-            Arc::clone(&mem),
-            dir,
-            ctx(&mem, dir),
-            stats,
-            4,
-            single_region(),
-        )
-        .unwrap();
+        let vs = create(&mem, dir, ctx(&mem, dir));
         let flush = VersionEdit {
             new_tables: vec![(0, table(vs.new_file_number(), 150))],
             ..Default::default()
@@ -549,16 +546,7 @@ mod tests {
         let mem: Arc<dyn FileSystem> = Arc::new(MemFs::new());
         let dir = Path::new("/db");
         mem.create_dir_all(dir).unwrap();
-        let stats = Arc::new(StatsRecorder::new());
-        let vs = VersionSet::create(
-            Arc::clone(&mem),
-            dir,
-            ctx(&mem, dir),
-            stats,
-            4,
-            single_region(),
-        )
-        .unwrap();
+        let vs = create(&mem, dir, ctx(&mem, dir));
         let n = vs.new_file_number();
         vs.mark_file_number_used(n + 10);
         assert_eq!(vs.new_file_number(), n + 11);
@@ -573,16 +561,7 @@ mod tests {
         let mem: Arc<dyn FileSystem> = Arc::new(MemFs::new());
         let dir = Path::new("/db");
         mem.create_dir_all(dir).unwrap();
-        let stats = Arc::new(StatsRecorder::new());
-        let vs = VersionSet::create(
-            Arc::clone(&mem),
-            dir,
-            ctx(&mem, dir),
-            stats,
-            4,
-            single_region(),
-        )
-        .unwrap();
+        let vs = create(&mem, dir, ctx(&mem, dir));
         // Simulate the old behaviour: log with a seqno below the table's.
         let edit = VersionEdit {
             new_tables: vec![(0, table(vs.new_file_number(), 150))],
@@ -604,17 +583,8 @@ mod tests {
         mem.create_dir_all(dir).unwrap();
         let fault = Arc::new(FaultFs::new(Arc::clone(&mem)));
         let fs: Arc<dyn FileSystem> = fault.clone();
-        let stats = Arc::new(StatsRecorder::new());
         let ctx = ctx(&fs, dir);
-        let vs = VersionSet::create(
-            Arc::clone(&fs),
-            dir,
-            Arc::clone(&ctx),
-            stats,
-            4,
-            single_region(),
-        )
-        .unwrap();
+        let vs = create(&fs, dir, Arc::clone(&ctx));
         let id = vs.new_file_number();
         let add = VersionEdit {
             new_tables: vec![(1, table(id, 10))],
