@@ -154,7 +154,8 @@ struct BenchArgs {
     /// Open loop: requests per second.
     #[arg(long = "rate", conflicts_with = "rate_fraction")]
     rate: Option<f64>,
-    /// Open loop at this fraction of a configuration's closed-loop throughput.
+    /// Open loop at this fraction of a configuration's sustained closed-loop
+    /// throughput (its rate over the second half of the operations).
     #[arg(long = "rate_fraction", requires = "rate_of")]
     rate_fraction: Option<f64>,
     /// The configuration whose throughput `--rate_fraction` refers to.

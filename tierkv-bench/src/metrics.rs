@@ -198,6 +198,11 @@ pub struct Record {
     /// Extension: open-loop rate (requests per second).
     #[serde(default)]
     pub rate_ops_per_sec: Option<f64>,
+    /// Extension: the sustained throughput — completions per second over
+    /// the second half of the operations ([`steady_ops_per_sec`]). What
+    /// `--rate_fraction` refers to.
+    #[serde(default)]
+    pub steady_ops_per_sec: f64,
     /// Extension: client threads or workers.
     #[serde(default)]
     pub threads: usize,
@@ -220,6 +225,37 @@ pub struct Record {
     /// counter; 0 when the clock is unknown.
     #[serde(default)]
     pub cpu_cycles_per_op: f64,
+}
+
+/// The sustained throughput of a run: operations per second over the
+/// second half of its operations, from the per-second `timeline` (the
+/// second in which the half-way operation completed counts in proportion).
+/// A closed-loop fill runs fastest while memtables and empty levels absorb
+/// it; an open loop paced at a fraction of the *whole* run's rate can
+/// therefore overload the engine for its whole second half. Falls back to
+/// `ops / seconds` without a timeline.
+pub fn steady_ops_per_sec(timeline: &[u64], seconds: f64) -> f64 {
+    let ops: u64 = timeline.iter().sum();
+    if ops == 0 || seconds <= 0.0 {
+        return 0.0;
+    }
+    let half = ops.div_ceil(2);
+    let mut done = 0u64;
+    for (sec, &n) in timeline.iter().enumerate() {
+        if n > 0 && done + n >= half {
+            // `half` is reached `frac` of the way into this second.
+            let frac = (half - done) as f64 / n as f64;
+            let t_half = sec as f64 + frac;
+            let left = seconds - t_half;
+            return if left > 0.0 {
+                (ops - half) as f64 / left
+            } else {
+                ops as f64 / seconds
+            };
+        }
+        done += n;
+    }
+    ops as f64 / seconds
 }
 
 /// The trough rule (rule 1): `(trough seconds, percent of judged seconds)`.
@@ -428,6 +464,7 @@ pub fn build_record(
         peak_rss_bytes: usage.peak_rss_bytes,
         mode: if m.open_loop { "open" } else { "closed" }.to_string(),
         rate_ops_per_sec: m.rate,
+        steady_ops_per_sec: steady_ops_per_sec(&t.timeline, m.seconds),
         threads: ctx.threads,
         num: ctx.num,
         key_size: ctx.key_size,
@@ -489,6 +526,23 @@ mod tests {
         // *below* 10% of it. The rule is relative by design.
         let t = troughs(&[0, 0, 0, 500, 500], 5.0);
         assert_eq!(t.seconds, 0);
+    }
+
+    #[test]
+    fn steady_rate_is_the_second_half() {
+        // 4000 ops in 4 s: 3000 in the first second (a burst), then 1000
+        // over the last three. The 2000th op completes 2/3 into second 0,
+        // so the second half (2000 ops) took 3 1/3 s: 600 ops/s, not the
+        // whole run's 1000.
+        let tl = [3000, 400, 300, 300];
+        let r = steady_ops_per_sec(&tl, 4.0);
+        assert!((r - 600.0).abs() < 1e-6, "{r}");
+        // Steady runs: the same as ops / seconds.
+        assert!((steady_ops_per_sec(&[500, 500, 500, 500], 4.0) - 500.0).abs() < 1e-6);
+        // Degenerate inputs do not divide by zero.
+        assert_eq!(steady_ops_per_sec(&[], 1.0), 0.0);
+        assert_eq!(steady_ops_per_sec(&[0, 0], 2.0), 0.0);
+        assert!((steady_ops_per_sec(&[10], 0.5) - 20.0).abs() < 1e-6);
     }
 
     fn comp(start: f64, bytes: u64) -> CompactionEvent {

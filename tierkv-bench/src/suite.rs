@@ -33,7 +33,9 @@ pub enum Pacing {
     /// Open loop at a fixed rate.
     Rate(f64),
     /// Open loop at a fraction of what `of` sustains closed loop on the same
-    /// benchmark, measured first in the same run.
+    /// benchmark (its rate over the second half of the operations,
+    /// [`crate::metrics::steady_ops_per_sec`]), measured first in the same
+    /// run.
     Fraction {
         /// The fraction.
         fraction: f64,
@@ -321,7 +323,7 @@ pub fn execute(plan: &Plan) -> Result<Vec<Record>> {
             let cal = run_config(plan, of, None)?;
             let rates = cal
                 .iter()
-                .map(|r| (r.ops_per_sec * fraction).max(1.0))
+                .map(|r| (r.steady_ops_per_sec * fraction).max(1.0))
                 .collect();
             records.extend(cal);
             Some(rates)
@@ -454,7 +456,7 @@ mod tests {
         assert_eq!(recs.len(), 4);
         assert_eq!(recs[0].mode, "closed");
         assert_eq!(recs[3].mode, "open");
-        let want = recs[1].ops_per_sec * 0.5;
+        let want = recs[1].steady_ops_per_sec * 0.5;
         let got = recs[3].rate_ops_per_sec.unwrap_or(0.0);
         assert!((got - want.max(1.0)).abs() < 1e-6);
         assert!(recs[3].latency_us.read.is_some() && recs[3].latency_us.write.is_some());
