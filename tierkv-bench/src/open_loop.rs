@@ -3,9 +3,10 @@
 //!
 //! A generator thread ([`Schedule::generate`]) wakes up, pushes every request
 //! that is due within [`LOOKAHEAD`] into an [`OpQueue`] together with its
-//! *scheduled* instant, and sleeps for a quarter of the lookahead (it never
-//! spins: at 50 K requests/s a spinning generator would take a whole core
-//! from the engine on a 2-core machine). Worker threads pop requests, wait
+//! *scheduled* instant, and sleeps until the next request is due within the
+//! lookahead, at least a quarter of it (it never spins: at 50 K requests/s
+//! a spinning generator would take a whole core from the engine on a
+//! 2-core machine). Worker threads pop requests, wait
 //! until the scheduled instant ([`wait_until`]: sleep, then yield the CPU
 //! for the last few µs) and measure latency from it to completion. The
 //! lookahead hides the cost of waking a worker blocked on the queue (tens
@@ -114,8 +115,9 @@ impl Schedule {
         mut next: impl FnMut() -> Op,
     ) {
         // Requests are queued up to LOOKAHEAD ahead, so the generator's own
-        // timing needs no precision: it sleeps a quarter of the lookahead
-        // between batches (plus the sleep's overshoot) and never spins.
+        // timing needs no precision: between batches it sleeps until the
+        // next request is LOOKAHEAD away, at least a quarter of LOOKAHEAD
+        // (plus the sleep's overshoot), and never spins.
         crate::sys::set_timer_slack_ns(1);
         let nap = LOOKAHEAD / 4;
         let mut i = 0u64;
