@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use tierkv::stats::StallCause;
+use tierkv::stats::{CompactionRecord, StallCause};
 use tierkv::storage::mem::MemFs;
 use tierkv::{Db, Error, Options, Preset};
 
@@ -82,6 +82,15 @@ fn load(db: &Db, seed: u64, n: usize, keys: u32, l0_max: usize) -> Vec<Option<u8
     model
 }
 
+/// Bytes a compaction read from L0.
+fn l0_input_bytes(c: &CompactionRecord) -> u64 {
+    c.input_bytes
+        .iter()
+        .filter(|(l, _)| *l == 0)
+        .map(|(_, b)| *b)
+        .sum()
+}
+
 fn check(db: &Db, model: &[Option<u8>]) {
     for (k, v) in model.iter().enumerate() {
         let got = db.get(&key(k as u32)).expect("get");
@@ -105,12 +114,7 @@ fn vlsm_queue_single_sst_compactions_and_vssts() {
     let biggest_l0 = l0_tables.iter().copied().max().expect("flushes");
     let mut l0_to_l1 = 0;
     for c in &stats.compactions {
-        let l0_in: u64 = c
-            .input_bytes
-            .iter()
-            .filter(|(l, _)| *l == 0)
-            .map(|(_, b)| *b)
-            .sum();
+        let l0_in = l0_input_bytes(c);
         if l0_in > 0 {
             l0_to_l1 += 1;
             assert_eq!(c.output_level, 1, "{c:?}");
@@ -212,12 +216,7 @@ fn vlsm_flush_is_cut_into_range_partitioned_l0_ssts() {
     let mut l0_to_l1 = 0;
     let (mut l0_bytes, mut l1_bytes) = (0u64, 0u64);
     for c in &stats.compactions {
-        let l0_in: u64 = c
-            .input_bytes
-            .iter()
-            .filter(|(l, _)| *l == 0)
-            .map(|(_, b)| *b)
-            .sum();
+        let l0_in = l0_input_bytes(c);
         if l0_in > 0 && c.kind == "l0-l1" {
             l0_to_l1 += 1;
             assert!(

@@ -514,6 +514,15 @@ mod tests {
         VersionSet::create(Arc::clone(fs), dir, ctx, stats, 4, single_region()).unwrap()
     }
 
+    /// A new version set in `/db` of an empty in-memory file system.
+    fn fresh() -> (Arc<dyn FileSystem>, &'static Path, VersionSet) {
+        let mem: Arc<dyn FileSystem> = Arc::new(MemFs::new());
+        let dir = Path::new("/db");
+        mem.create_dir_all(dir).unwrap();
+        let vs = create(&mem, dir, ctx(&mem, dir));
+        (mem, dir, vs)
+    }
+
     fn open(fs: &Arc<dyn FileSystem>, dir: &Path) -> (VersionSet, Recovered) {
         let stats = Arc::new(StatsRecorder::new());
         VersionSet::recover(Arc::clone(fs), dir, ctx(fs, dir), stats, 4, single_region()).unwrap()
@@ -524,10 +533,7 @@ mod tests {
     /// must not go back below what the first job's table holds.
     #[test]
     fn recorded_seqno_never_goes_backwards() {
-        let mem: Arc<dyn FileSystem> = Arc::new(MemFs::new());
-        let dir = Path::new("/db");
-        mem.create_dir_all(dir).unwrap();
-        let vs = create(&mem, dir, ctx(&mem, dir));
+        let (mem, dir, vs) = fresh();
         let flush = VersionEdit {
             new_tables: vec![(0, table(vs.new_file_number(), 150))],
             ..Default::default()
@@ -543,10 +549,7 @@ mod tests {
     /// File numbers found on disk are never handed out again.
     #[test]
     fn numbers_of_files_found_at_recovery_are_not_reused() {
-        let mem: Arc<dyn FileSystem> = Arc::new(MemFs::new());
-        let dir = Path::new("/db");
-        mem.create_dir_all(dir).unwrap();
-        let vs = create(&mem, dir, ctx(&mem, dir));
+        let (mem, dir, vs) = fresh();
         let n = vs.new_file_number();
         vs.mark_file_number_used(n + 10);
         assert_eq!(vs.new_file_number(), n + 11);
@@ -558,10 +561,7 @@ mod tests {
     /// before the fix) recovers to the table's.
     #[test]
     fn recovery_takes_seqnos_in_tables_into_account() {
-        let mem: Arc<dyn FileSystem> = Arc::new(MemFs::new());
-        let dir = Path::new("/db");
-        mem.create_dir_all(dir).unwrap();
-        let vs = create(&mem, dir, ctx(&mem, dir));
+        let (mem, dir, vs) = fresh();
         // Simulate the old behaviour: log with a seqno below the table's.
         let edit = VersionEdit {
             new_tables: vec![(0, table(vs.new_file_number(), 150))],
