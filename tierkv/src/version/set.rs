@@ -549,7 +549,7 @@ mod tests {
     /// File numbers found on disk are never handed out again.
     #[test]
     fn numbers_of_files_found_at_recovery_are_not_reused() {
-        let (mem, dir, vs) = fresh();
+        let (_, _, vs) = fresh();
         let n = vs.new_file_number();
         vs.mark_file_number_used(n + 10);
         assert_eq!(vs.new_file_number(), n + 11);
