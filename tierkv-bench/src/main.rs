@@ -2,7 +2,7 @@
 
 #![warn(clippy::unwrap_used)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
@@ -70,8 +70,9 @@ struct BenchArgs {
         default_value = "fillrandom,readrandom"
     )]
     benchmarks: Vec<String>,
-    /// Configuration of a plain run (default tierkv:classic).
-    #[arg(long = "config", default_value = "tierkv:classic")]
+    /// Configuration of a plain run (default tierkv:triangle, the flagship:
+    /// it beats tierkv:classic at `medium`, see the README).
+    #[arg(long = "config", default_value = "tierkv:triangle")]
     config: String,
     /// tiny | small | medium | paper10 (default: tiny; medium for compare).
     #[arg(long = "scale")]
@@ -100,7 +101,8 @@ struct BenchArgs {
     /// SSD base directory (each configuration gets a subdirectory).
     #[arg(long = "db", default_value_os_t = default_db_dir())]
     db: PathBuf,
-    /// PM base directory (default /dev/shm/tierkv-bench-<pid>).
+    /// PM base directory (default /dev/shm/tierkv-bench-<pid>, or
+    /// $TMPDIR/tierkv-bench-<pid> where there is no /dev/shm).
     #[arg(long = "pm_dir")]
     pm_dir: Option<PathBuf>,
     /// PM tier size in bytes (default: the scale's).
@@ -197,6 +199,19 @@ fn default_db_dir() -> PathBuf {
     std::env::temp_dir().join("tierkv-bench-data")
 }
 
+/// `/dev/shm/tierkv-bench-<pid>`: the PM tier of a machine without PM is a
+/// file in shared memory. Where there is no `/dev/shm`, the temporary
+/// directory serves (slower, but the main job still runs).
+fn default_pm_dir() -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    let base = if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    };
+    base.join(format!("tierkv-bench-{}", std::process::id()))
+}
+
 fn plan_from(args: &BenchArgs, configs: Vec<Config>, default_scale: Scale) -> Result<Plan> {
     let scale = match &args.scale {
         None => default_scale,
@@ -234,10 +249,7 @@ fn plan_from(args: &BenchArgs, configs: Vec<Config>, default_scale: Scale) -> Re
     let memtable = args
         .write_buffer_size
         .unwrap_or(scale.memtable_size_bytes());
-    let pm_base = args
-        .pm_dir
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(format!("/dev/shm/tierkv-bench-{}", std::process::id())));
+    let pm_base = args.pm_dir.clone().unwrap_or_else(default_pm_dir);
     let setup = EngineSetup {
         pm_size_bytes: args.pm_size.unwrap_or(scale.pm_size_bytes()),
         memtable_size_bytes: memtable,
@@ -299,15 +311,10 @@ fn plan_from(args: &BenchArgs, configs: Vec<Config>, default_scale: Scale) -> Re
     })
 }
 
-fn cleanup_pm_base(plan: &Plan) {
-    // Only the per-process default base is ours to remove entirely.
-    if plan.pm_base.starts_with("/dev/shm")
-        && plan
-            .pm_base
-            .file_name()
-            .is_some_and(|n| n.to_string_lossy().starts_with("tierkv-bench-"))
-        && !plan.keep_db
-    {
+/// Removes the PM base directory if it is the per-process default
+/// ([`default_pm_dir`]): only that one is ours to remove entirely.
+fn cleanup_pm_base(plan: &Plan, args: &BenchArgs) {
+    if args.pm_dir.is_none() && !plan.keep_db {
         let _ = std::fs::remove_dir_all(&plan.pm_base);
     }
 }
@@ -324,14 +331,14 @@ fn main_inner() -> Result<()> {
                 .collect::<Result<Vec<_>>>()?;
             let plan = plan_from(&c.bench, configs, Scale::Medium)?;
             let r = suite::execute(&plan);
-            cleanup_pm_base(&plan);
+            cleanup_pm_base(&plan, &c.bench);
             r.map(|_| ())
         }
         None => {
             let config = Config::parse(&cli.bench.config)?;
             let plan = plan_from(&cli.bench, vec![config], Scale::Tiny)?;
             let r = suite::execute(&plan);
-            cleanup_pm_base(&plan);
+            cleanup_pm_base(&plan, &cli.bench);
             r.map(|_| ())
         }
     }
@@ -344,5 +351,30 @@ fn main() -> ExitCode {
             eprintln!("tierkv-bench: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn main_job_runs_the_flagship_on_a_per_process_pm_dir() {
+        let cli = Cli::parse_from(["tierkv-bench"]);
+        assert!(cli.cmd.is_none());
+        assert_eq!(cli.bench.config, "tierkv:triangle");
+        let config = Config::parse(&cli.bench.config).unwrap_or_else(|e| panic!("{e}"));
+        let plan =
+            plan_from(&cli.bench, vec![config], Scale::Tiny).unwrap_or_else(|e| panic!("{e}"));
+        let dir = default_pm_dir();
+        assert_eq!(plan.pm_base, dir);
+        assert!(dir.parent().is_some_and(Path::is_dir));
+        assert_eq!(
+            dir.file_name(),
+            Some(std::ffi::OsStr::new(&format!(
+                "tierkv-bench-{}",
+                std::process::id()
+            )))
+        );
     }
 }
