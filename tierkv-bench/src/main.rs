@@ -144,6 +144,10 @@ struct BenchArgs {
     /// O_DIRECT for flush and compaction.
     #[arg(long = "use_direct_io_for_flush_and_compaction", num_args = 0..=1, default_value = "0", default_missing_value = "1", value_parser = parse_flag)]
     use_direct_io_for_flush_and_compaction: bool,
+    /// Start the write-back of flush and compaction output every this many
+    /// bytes (0: never; RocksDB's default). Applies to every engine.
+    #[arg(long = "bytes_per_sync", default_value_t = 0)]
+    bytes_per_sync: u64,
     /// Request distribution of random workloads: uniform | zipfian | latest.
     #[arg(long = "distribution")]
     distribution: Option<String>,
@@ -268,6 +272,7 @@ fn plan_from(args: &BenchArgs, configs: Vec<Config>, default_scale: Scale) -> Re
         ),
         delayed_write_rate_bytes_per_sec: args.delayed_write_rate,
         direct_io: args.use_direct_io_for_flush_and_compaction,
+        bytes_per_sync: args.bytes_per_sync,
         vlsm_sst_size_bytes: args.vlsm_sst_size,
         vlsm_memtable_size_bytes: args.vlsm_memtable_size,
         vlsm_phi: args.vlsm_phi,

@@ -171,6 +171,12 @@ pub struct Options {
     pub bloom_bits_per_key: usize,
     /// Write flush and compaction output with O_DIRECT.
     pub use_direct_io_for_flush_and_compaction: bool,
+    /// Start the write-back of flush and compaction output every this many
+    /// bytes (RocksDB's `bytes_per_sync`; Linux `sync_file_range`), so that
+    /// the `fdatasync` that ends each table finds little left to write and
+    /// the device is kept busy while the merge runs. 0 (the default, as in
+    /// RocksDB): the kernel writes back when it sees fit. Buffered I/O only.
+    pub bytes_per_sync: u64,
     /// Verify block checksums on every read (always on for metadata).
     pub verify_checksums: bool,
 
@@ -274,6 +280,7 @@ impl Default for Options {
             block_size_bytes: 4096,
             bloom_bits_per_key: 10,
             use_direct_io_for_flush_and_compaction: false,
+            bytes_per_sync: 0,
             verify_checksums: true,
             pm_hints: true,
             pm_collector_threads: 0,

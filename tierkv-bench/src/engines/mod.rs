@@ -271,6 +271,9 @@ pub struct EngineSetup {
     pub delayed_write_rate_bytes_per_sec: u64,
     /// O_DIRECT for flush and compaction output.
     pub direct_io: bool,
+    /// Start the write-back of flush and compaction output every this many
+    /// bytes (RocksDB's `bytes_per_sync`); 0: never.
+    pub bytes_per_sync: u64,
     /// Inject one stall of this many milliseconds after this many writes
     /// (fake engine only; tests of the open-loop scheduler).
     pub fake_stall: Option<(u64, u64)>,
@@ -307,6 +310,7 @@ impl EngineSetup {
             l0_triggers: (4, 20, 36),
             delayed_write_rate_bytes_per_sec: 16 << 20,
             direct_io: false,
+            bytes_per_sync: 0,
             fake_stall: None,
             vlsm_sst_size_bytes: None,
             vlsm_memtable_size_bytes: None,

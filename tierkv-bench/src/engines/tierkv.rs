@@ -46,6 +46,7 @@ pub fn options_for(preset: Preset, setup: &EngineSetup) -> Options {
         block_cache_bytes: setup.block_cache_bytes as usize,
         bloom_bits_per_key: setup.bloom_bits as usize,
         use_direct_io_for_flush_and_compaction: setup.direct_io,
+        bytes_per_sync: setup.bytes_per_sync,
         ..Options::default()
     };
     if preset.needs_pm() {

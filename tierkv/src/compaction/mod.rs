@@ -187,6 +187,7 @@ impl<'a, 'e> Outputs<'a, 'e> {
             let path = self.env.dir.join(crate::sst::sst_file_name(id));
             let hint = WriteHint {
                 direct: self.env.opts.use_direct_io_for_flush_and_compaction,
+                bytes_per_sync: self.env.opts.bytes_per_sync,
             };
             let file = self.env.fs.create(&path, hint)?;
             self.cur = Some((id, TableBuilder::new(file, self.env.table_options())));

@@ -34,6 +34,10 @@ pub struct WriteHint {
     /// Bypass the page cache (`O_DIRECT`) where the backend supports it.
     /// Used for flush and compaction output when `Options::use_direct_io_for_flush_and_compaction`.
     pub direct: bool,
+    /// Start the write-back of every `bytes_per_sync` appended bytes
+    /// (`Options::bytes_per_sync`); 0: never. Advisory: only
+    /// [`WritableFile::sync`] makes data durable, and reports its errors.
+    pub bytes_per_sync: u64,
 }
 
 /// The SSD tier: a directory tree of files.
