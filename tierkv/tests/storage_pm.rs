@@ -101,15 +101,7 @@ fn fault_fs_over_posix_fills_the_disk() {
     let fs = FaultFs::new(Arc::new(PosixFs::new()));
     fs.set_capacity_bytes(Some(10_000));
     let p = dir.path().join("000001.sst");
-    let mut f = fs
-        .create(
-            &p,
-            WriteHint {
-                direct: true,
-                ..WriteHint::default()
-            },
-        )
-        .unwrap();
+    let mut f = fs.create(&p, WriteHint::direct()).unwrap();
     f.append(&[1; 6000]).unwrap();
     let e = f.append(&[1; 6000]).unwrap_err();
     assert!(e.is_no_space(), "{e}");

@@ -40,6 +40,16 @@ pub struct WriteHint {
     pub bytes_per_sync: u64,
 }
 
+impl WriteHint {
+    /// `O_DIRECT` output, nothing else asked.
+    pub fn direct() -> WriteHint {
+        WriteHint {
+            direct: true,
+            ..WriteHint::default()
+        }
+    }
+}
+
 /// The SSD tier: a directory tree of files.
 ///
 /// Contract (what the crashable backend enforces and the engine relies on):

@@ -589,15 +589,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let fs = PosixFs::new();
         let p = dir.path().join("000007.sst");
-        let mut f = fs
-            .create(
-                &p,
-                WriteHint {
-                    direct: true,
-                    ..WriteHint::default()
-                },
-            )
-            .unwrap();
+        let mut f = fs.create(&p, WriteHint::direct()).unwrap();
         let mut expect = Vec::new();
         for (i, &n) in sizes.iter().enumerate() {
             let d = pattern(n, i as u64);
@@ -638,14 +630,7 @@ mod tests {
         // /tmp is a real disk file system here; O_DIRECT must be in effect.
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("d");
-        let (file, mode) = open_writable(
-            &p,
-            WriteHint {
-                direct: true,
-                ..WriteHint::default()
-            },
-        )
-        .unwrap();
+        let (file, mode) = open_writable(&p, WriteHint::direct()).unwrap();
         if mode == IoMode::Buffered {
             eprintln!(
                 "note: O_DIRECT not supported under {}",
@@ -663,14 +648,7 @@ mod tests {
         REFUSE_DIRECT_OPEN.with(|r| r.set(true));
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("x.sst");
-        let (_, mode) = open_writable(
-            &p,
-            WriteHint {
-                direct: true,
-                ..WriteHint::default()
-            },
-        )
-        .unwrap();
+        let (_, mode) = open_writable(&p, WriteHint::direct()).unwrap();
         assert_eq!(mode, IoMode::Buffered);
         direct_roundtrip(&[5000, 10, WRITE_BUFFER_BYTES], 1);
         REFUSE_DIRECT_OPEN.with(|r| r.set(false));
@@ -681,15 +659,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let fs = PosixFs::new();
         let p = dir.path().join("y.sst");
-        let mut f = fs
-            .create(
-                &p,
-                WriteHint {
-                    direct: true,
-                    ..WriteHint::default()
-                },
-            )
-            .unwrap();
+        let mut f = fs.create(&p, WriteHint::direct()).unwrap();
         let a = pattern(10_000, 1);
         f.append(&a).unwrap();
         f.flush().unwrap();
