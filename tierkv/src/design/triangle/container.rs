@@ -447,10 +447,18 @@ pub fn successor(k: &[u8]) -> Vec<u8> {
 
 /// Open readers of the rows, shared by table handles, views and jobs, so a
 /// row's metadata is checked once per process.
+///
+/// The cache holds its readers itself: the picker and the jobs open every
+/// row of a version, and a write-only load has no view keeping them open, so
+/// a weak cache would re-check every row's metadata (a checksum and a walk
+/// of every element) at every pick. Each flush drops the readers of rows that
+/// are no longer in its version ([`RowCache::retain_live`]); a reader kept a
+/// little longer is harmless, since its key `(first metadata page, seq_max)`
+/// is never reused (seqnos only grow).
 pub struct RowCache {
     region: Arc<dyn PmRegion>,
     verify_data: bool,
-    open: Mutex<HashMap<(u64, SeqNo), Weak<RowTable>>>,
+    open: Mutex<HashMap<(u64, SeqNo), Arc<RowTable>>>,
     /// Rows whose data this process wrote or already verified.
     verified: Mutex<HashSet<(u64, SeqNo)>>,
 }
@@ -482,8 +490,8 @@ impl RowCache {
             ));
         }
         let id = (meta_run.first, meta.seq_max);
-        if let Some(t) = self.open.lock().get(&id).and_then(Weak::upgrade) {
-            return Ok(t);
+        if let Some(t) = self.open.lock().get(&id) {
+            return Ok(Arc::clone(t));
         }
         let verify = self.verify_data && !self.verified.lock().contains(&id);
         let t = Arc::new(RowTable::open(
@@ -498,27 +506,20 @@ impl RowCache {
             verify,
         )?);
         self.verified.lock().insert(id);
-        let mut open = self.open.lock();
-        if open.len() >= 256 && open.len().is_power_of_two() {
-            open.retain(|_, w| w.strong_count() > 0);
-        }
-        let t = match open.get(&id).and_then(Weak::upgrade) {
-            Some(other) => other,
-            None => {
-                open.insert(id, Arc::downgrade(&t));
-                t
-            }
-        };
-        Ok(t)
+        // Another thread may have opened it meanwhile: keep one reader.
+        Ok(Arc::clone(self.open.lock().entry(id).or_insert(t)))
     }
 
     fn built(&self, t: &Arc<RowTable>) {
         let id = (t.meta_run().first, t.seq_max());
         self.verified.lock().insert(id);
-        self.open.lock().insert(id, Arc::downgrade(t));
+        self.open.lock().insert(id, Arc::clone(t));
     }
 
-    fn forget_verified_except(&self, live: &HashSet<(u64, SeqNo)>) {
+    /// Forgets the rows that are not `live` (their readers and whether
+    /// their data was verified).
+    fn retain_live(&self, live: &HashSet<(u64, SeqNo)>) {
+        self.open.lock().retain(|id, _| live.contains(id));
         let mut v = self.verified.lock();
         if v.len() > 2 * live.len() + 64 {
             v.retain(|id| live.contains(id));
@@ -1028,7 +1029,7 @@ impl Container {
             .filter_map(|t| t.meta.pm_pages.first().map(|r| (r.first, t.meta.seq_max)))
             .chain(std::iter::once((meta.pm_pages[0].first, meta.seq_max)))
             .collect();
-        self.rows.forget_verified_except(&live);
+        self.rows.retain_live(&live);
         recent.last_row = Some(row);
         recent.rows.push((lo, hi));
         edit.new_tables.push((0, meta));
@@ -1764,6 +1765,43 @@ impl RowSizer {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::design::triangle::rowtable::tests::{build_mem, mem, setup};
+    use crate::key::Kind;
+
+    #[test]
+    fn row_cache_keeps_a_live_rows_reader_until_the_row_leaves() {
+        let (region, _sim, pages) = setup(64 << 10);
+        let m = mem(&[("a", 3, Kind::Put, "x"), ("b", 4, Kind::Put, "y")]);
+        let (b, _) = build_mem(&region, &pages, &m, None, 1);
+        let meta = TableMeta {
+            id: 9,
+            tier: Tier::Pm,
+            format: TableFormat::RowTable,
+            size_bytes: b.size_bytes,
+            smallest: b.smallest,
+            largest: b.largest,
+            seq_min: b.seq_min,
+            seq_max: b.seq_max,
+            entries: b.entries,
+            deletions: b.deletions,
+            pm_pages: b.runs.clone(),
+        };
+        let cache = RowCache::new(Arc::clone(&region), true);
+        let first = cache.get(&meta).unwrap();
+        let ptr = Arc::as_ptr(&first);
+        drop(first);
+        // Nobody else holds it, and it is not opened (checked) again.
+        assert_eq!(Arc::as_ptr(&cache.get(&meta).unwrap()), ptr);
+        let id = (b.runs[0].first, b.seq_max);
+        cache.retain_live(&HashSet::from([id]));
+        assert_eq!(Arc::as_ptr(&cache.get(&meta).unwrap()), ptr);
+        // Once the row has left the version, a later get opens it afresh
+        // (`old` keeps the first reader's address from being reused).
+        let old = cache.get(&meta).unwrap();
+        cache.retain_live(&HashSet::new());
+        assert!(cache.open.lock().is_empty());
+        assert!(!Arc::ptr_eq(&cache.get(&meta).unwrap(), &old));
+    }
 
     #[test]
     fn state_roundtrip_and_worked_example() {

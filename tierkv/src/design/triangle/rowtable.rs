@@ -964,14 +964,14 @@ fn build_inner(
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::key::make_internal_key;
     use crate::memtable::MemTable;
     use crate::storage::alloc::PageAllocator;
     use crate::storage::sim::SimRegion;
 
-    struct Pages(Arc<PageAllocator>);
+    pub(in crate::design::triangle) struct Pages(Arc<PageAllocator>);
     impl PageSource for Pages {
         fn alloc(&self, want: u64, min: u64) -> Result<PageRun> {
             let mut n = want;
@@ -990,14 +990,16 @@ mod tests {
         }
     }
 
-    fn setup(len: usize) -> (Arc<dyn PmRegion>, Arc<SimRegion>, Pages) {
+    pub(in crate::design::triangle) fn setup(
+        len: usize,
+    ) -> (Arc<dyn PmRegion>, Arc<SimRegion>, Pages) {
         let sim = Arc::new(SimRegion::new(len));
         let region: Arc<dyn PmRegion> = sim.clone();
         let alloc = Arc::new(PageAllocator::format(Arc::clone(&region)).unwrap());
         (region, sim, Pages(alloc))
     }
 
-    fn mem(entries: &[(&str, u64, Kind, &str)]) -> Arc<MemTable> {
+    pub(in crate::design::triangle) fn mem(entries: &[(&str, u64, Kind, &str)]) -> Arc<MemTable> {
         let m = Arc::new(MemTable::new(1));
         for (k, s, kind, v) in entries {
             m.add(*s, *kind, k.as_bytes(), v.as_bytes());
@@ -1005,7 +1007,7 @@ mod tests {
         m
     }
 
-    fn build_mem(
+    pub(in crate::design::triangle) fn build_mem(
         region: &Arc<dyn PmRegion>,
         pages: &Pages,
         m: &Arc<MemTable>,
