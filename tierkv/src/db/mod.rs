@@ -899,6 +899,37 @@ enum Work {
     Compact(usize, Task),
 }
 
+/// A writer's stop: its waits for one cause, recorded as one stall interval
+/// when the cause changes or the writer goes on (also on an error return),
+/// however many condition-variable waits it took.
+struct StopEpisode<'a> {
+    stats: &'a StatsRecorder,
+    current: Option<(Instant, StallCause)>,
+}
+
+impl StopEpisode<'_> {
+    /// The writer is about to wait for `cause`.
+    fn waiting(&mut self, cause: StallCause) {
+        if self.current.is_some_and(|(_, c)| c == cause) {
+            return;
+        }
+        self.end();
+        self.current = Some((Instant::now(), cause));
+    }
+
+    fn end(&mut self) {
+        if let Some((start, cause)) = self.current.take() {
+            self.stats.record_stall(start, cause);
+        }
+    }
+}
+
+impl Drop for StopEpisode<'_> {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
 impl Inner {
     fn super_version(&self) -> Arc<SuperVersion> {
         Arc::clone(&self.super_version.read())
@@ -1165,6 +1196,10 @@ impl Inner {
     /// current one is full (or `force` and non-empty).
     fn make_room_for_write(&self, bytes: usize, force: bool) -> Result<()> {
         let mut delayed = false;
+        let mut stopped = StopEpisode {
+            stats: &self.stats,
+            current: None,
+        };
         let mut st = self.state.lock();
         loop {
             if let Some(e) = &st.bg_error {
@@ -1192,6 +1227,7 @@ impl Inner {
             let mem_full = st.mem.mutable_full(&self.opts) || (force && st.mem.any_mutable_data());
             match control {
                 WriteControl::Delay(cause) if !delayed && !force => {
+                    stopped.end();
                     delayed = true;
                     let now = Instant::now();
                     let next = st.delay_next.unwrap_or(now).max(now);
@@ -1206,10 +1242,9 @@ impl Inner {
                     continue;
                 }
                 WriteControl::Stop(cause) if !force || mem_full => {
-                    let start = Instant::now();
+                    stopped.waiting(cause);
                     self.bg_cv.notify_all();
                     self.done_cv.wait_for(&mut st, Duration::from_millis(100));
-                    self.stats.record_stall(start, cause);
                     continue;
                 }
                 _ => {}
@@ -1218,16 +1253,15 @@ impl Inner {
                 return Ok(());
             }
             if st.mem.imms_full(&self.opts) {
-                let start = Instant::now();
                 let cause = self
                     .versions
                     .current_all()
                     .iter()
                     .find_map(|v| self.design.flush_blocked(v))
                     .unwrap_or(StallCause::MemtableFull);
+                stopped.waiting(cause);
                 self.bg_cv.notify_all();
                 self.done_cv.wait_for(&mut st, Duration::from_millis(100));
-                self.stats.record_stall(start, cause);
                 continue;
             }
             // Switch to a new WAL and memtable.
@@ -1558,26 +1592,33 @@ impl Inner {
         Ok(())
     }
 
-    /// Releases the storage of tables no version references any more.
+    /// Releases the storage of tables no version references any more: PM
+    /// pages first, waking the writers stopped on full PM as soon as they
+    /// are back (they were woken when the job ended, before this, and would
+    /// otherwise sleep out their wait), then the SST files, whose unlinks
+    /// take milliseconds each. REQUIRES: `state` not locked.
     fn release_obsolete(&self) {
         let metas: Vec<_> = std::mem::take(&mut *self.versions.ctx().obsolete.lock());
-        for m in metas {
-            match m.tier {
-                Tier::Ssd => {
-                    let path = self.versions.ctx().sst_path(m.id);
-                    if let Err(e) = self.fs.remove(&path) {
-                        log::warn!("could not remove obsolete {}: {e}", path.display());
+        let (pm_tables, ssd_tables): (Vec<_>, Vec<_>) =
+            metas.into_iter().partition(|m| m.tier == Tier::Pm);
+        if let (Some(pm), false) = (&self.pm, pm_tables.is_empty()) {
+            for m in &pm_tables {
+                for run in &m.pm_pages {
+                    if let Err(e) = pm.free_pages(*run) {
+                        log::warn!("could not free PM pages of table {}: {e}", m.id);
                     }
                 }
-                Tier::Pm => {
-                    if let Some(pm) = &self.pm {
-                        for run in &m.pm_pages {
-                            if let Err(e) = pm.free_pages(*run) {
-                                log::warn!("could not free PM pages of table {}: {e}", m.id);
-                            }
-                        }
-                    }
-                }
+            }
+            // A writer that saw PM full before the pages came back holds
+            // `state` until it waits: taking it here orders the wake-up
+            // after that wait, so none is lost.
+            drop(self.state.lock());
+            self.done_cv.notify_all();
+        }
+        for m in ssd_tables {
+            let path = self.versions.ctx().sst_path(m.id);
+            if let Err(e) = self.fs.remove(&path) {
+                log::warn!("could not remove obsolete {}: {e}", path.display());
             }
         }
     }
@@ -1622,5 +1663,32 @@ impl Inner {
             .map(|v| v.shape())
             .collect();
         self.stats.snapshot_regions(shapes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stop_is_one_interval_however_many_waits_it_takes() {
+        let stats = StatsRecorder::new();
+        {
+            let mut stop = StopEpisode {
+                stats: &stats,
+                current: None,
+            };
+            stop.end(); // nothing to record yet
+            for _ in 0..3 {
+                stop.waiting(StallCause::PmFull);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            stop.waiting(StallCause::MemtableFull);
+            stop.waiting(StallCause::MemtableFull);
+        } // the writer goes on
+        let stalls = stats.snapshot(Vec::new()).stalls;
+        let causes: Vec<StallCause> = stalls.iter().map(|s| s.cause).collect();
+        assert_eq!(causes, [StallCause::PmFull, StallCause::MemtableFull]);
+        assert!(stalls[0].duration >= Duration::from_millis(6));
     }
 }
