@@ -59,8 +59,8 @@ fn expect_corruption(e: Error, source_part: &str) {
 }
 
 /// Writes `n` keys, one synced batch each, and closes without flushing, so
-/// they live only in the WAL.
-fn wal_only_db(fs: &MemFs, n: u32) {
+/// they live only in the WAL; returns that WAL's path.
+fn wal_only_db(fs: &MemFs, n: u32) -> PathBuf {
     let db = Db::open(dir(), opts(fs)).expect("open");
     for i in 0..n {
         let mut b = WriteBatch::new();
@@ -68,13 +68,13 @@ fn wal_only_db(fs: &MemFs, n: u32) {
         db.write(b, &WriteOptions { sync: true }).expect("write");
     }
     drop(db); // no flush: the WAL holds everything
+    files_with(fs, ".log").pop().expect("a wal")
 }
 
 #[test]
 fn torn_wal_tail_is_truncated_cleanly() {
     let fs = MemFs::new();
-    wal_only_db(&fs, 50);
-    let wal = files_with(&fs, ".log").pop().expect("a wal");
+    let wal = wal_only_db(&fs, 50);
     let len = fs.file_size(&wal).expect("size") as usize;
     fs.truncate(&wal, len - 20).expect("truncate");
     let db = Db::open(dir(), opts(&fs)).expect("open after torn tail");
@@ -91,8 +91,7 @@ fn torn_wal_tail_is_truncated_cleanly() {
 #[test]
 fn flipped_byte_in_wal_body_is_corruption_naming_the_file() {
     let fs = MemFs::new();
-    wal_only_db(&fs, 50);
-    let wal = files_with(&fs, ".log").pop().expect("a wal");
+    let wal = wal_only_db(&fs, 50);
     fs.corrupt(&wal, 100, 0x40).expect("corrupt");
     let e = Db::open(dir(), opts(&fs)).err().expect("open must fail");
     expect_corruption(e, ".log");
@@ -104,8 +103,7 @@ fn flipped_byte_in_wal_body_is_corruption_naming_the_file() {
 #[test]
 fn point_in_time_recovery_ends_the_wal_at_damage() {
     let fs = MemFs::new();
-    wal_only_db(&fs, 50);
-    let wal = files_with(&fs, ".log").pop().expect("a wal");
+    let wal = wal_only_db(&fs, 50);
     let len = fs.file_size(&wal).expect("size") as usize;
     fs.corrupt(&wal, len / 2, 0x40).expect("corrupt");
     let o = Options {
