@@ -16,7 +16,9 @@
 //! Lookup, insert and eviction are O(1): a hit moves its node to the front,
 //! an insert evicts from the back until the shard is within its capacity.
 //! Evicting a block only drops the cache's reference: iterators holding the
-//! `Arc<Block>` keep it alive.
+//! `Arc<Block>` keep it alive. The blocks of a deleted table are not
+//! erased: table ids are never reused, so nothing finds them again and they
+//! age out of the LRU, as in RocksDB.
 //!
 //! # Invariants
 //!
@@ -199,20 +201,6 @@ impl Shard {
             self.remove_slot(last);
         }
     }
-
-    fn erase_table(&mut self, table_id: u64) {
-        let victims: Vec<u32> = self
-            .map
-            .iter()
-            .filter(|(k, _)| k.0 == table_id)
-            .map(|(_, &i)| i)
-            .collect();
-        for i in victims {
-            let k = self.nodes[i as usize].key;
-            self.map.remove(&k);
-            self.remove_slot(i);
-        }
-    }
 }
 
 /// A sharded LRU cache of decoded blocks (see the module docs).
@@ -279,14 +267,6 @@ impl BlockCache {
         let key = (table_id, block_offset);
         let charge = block.size_bytes();
         self.shard(key).lock().insert(key, block, charge);
-    }
-
-    /// Drops every block of `table_id` (when its file is deleted). O(cached
-    /// blocks).
-    pub fn erase_table(&self, table_id: u64) {
-        for s in self.shards.iter() {
-            s.lock().erase_table(table_id);
-        }
     }
 
     /// Bytes charged by the cached blocks.
@@ -367,10 +347,6 @@ mod tests {
         assert!(c.get(1, 0).is_some());
         assert!(c.get(1, 1).is_none());
         assert!(c.usage_bytes() <= 10_000);
-        c.check_invariants();
-        c.erase_table(1);
-        assert_eq!(c.usage_bytes(), 0);
-        assert!(c.is_empty());
         c.check_invariants();
     }
 
