@@ -148,6 +148,10 @@ struct BenchArgs {
     /// bytes (0: never; RocksDB's default). Applies to every engine.
     #[arg(long = "bytes_per_sync", default_value_t = 0)]
     bytes_per_sync: u64,
+    /// The same for a WAL on SSD (0: never; RocksDB's default). Applies to
+    /// every engine.
+    #[arg(long = "wal_bytes_per_sync", default_value_t = 0)]
+    wal_bytes_per_sync: u64,
     /// Request distribution of random workloads: uniform | zipfian | latest.
     #[arg(long = "distribution")]
     distribution: Option<String>,
@@ -273,6 +277,7 @@ fn plan_from(args: &BenchArgs, configs: Vec<Config>, default_scale: Scale) -> Re
         delayed_write_rate_bytes_per_sec: args.delayed_write_rate,
         direct_io: args.use_direct_io_for_flush_and_compaction,
         bytes_per_sync: args.bytes_per_sync,
+        wal_bytes_per_sync: args.wal_bytes_per_sync,
         vlsm_sst_size_bytes: args.vlsm_sst_size,
         vlsm_memtable_size_bytes: args.vlsm_memtable_size,
         vlsm_phi: args.vlsm_phi,

@@ -177,6 +177,11 @@ pub struct Options {
     /// the device is kept busy while the merge runs. 0 (the default, as in
     /// RocksDB): the kernel writes back when it sees fit. Buffered I/O only.
     pub bytes_per_sync: u64,
+    /// The same for a WAL on the SSD tier (RocksDB's `wal_bytes_per_sync`):
+    /// start the write-back of every this many appended bytes, so that a
+    /// synced write or a WAL switch finds little left to write. 0 (the
+    /// default): never. A WAL on PM persists per record and ignores it.
+    pub wal_bytes_per_sync: u64,
     /// Verify block checksums on every read (always on for metadata).
     pub verify_checksums: bool,
 
@@ -281,6 +286,7 @@ impl Default for Options {
             bloom_bits_per_key: 10,
             use_direct_io_for_flush_and_compaction: false,
             bytes_per_sync: 0,
+            wal_bytes_per_sync: 0,
             verify_checksums: true,
             pm_hints: true,
             pm_collector_threads: 0,

@@ -274,6 +274,8 @@ pub struct EngineSetup {
     /// Start the write-back of flush and compaction output every this many
     /// bytes (RocksDB's `bytes_per_sync`); 0: never.
     pub bytes_per_sync: u64,
+    /// The same for a WAL on SSD (RocksDB's `wal_bytes_per_sync`); 0: never.
+    pub wal_bytes_per_sync: u64,
     /// Inject one stall of this many milliseconds after this many writes
     /// (fake engine only; tests of the open-loop scheduler).
     pub fake_stall: Option<(u64, u64)>,
@@ -311,6 +313,7 @@ impl EngineSetup {
             delayed_write_rate_bytes_per_sec: 16 << 20,
             direct_io: false,
             bytes_per_sync: 0,
+            wal_bytes_per_sync: 0,
             fake_stall: None,
             vlsm_sst_size_bytes: None,
             vlsm_memtable_size_bytes: None,

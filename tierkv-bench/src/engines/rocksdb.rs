@@ -89,6 +89,7 @@ impl RocksEngine {
         opts.set_level_zero_stop_writes_trigger(setup.l0_triggers.2 as i32);
         opts.set_use_direct_io_for_flush_and_compaction(setup.direct_io);
         opts.set_bytes_per_sync(setup.bytes_per_sync);
+        opts.set_wal_bytes_per_sync(setup.wal_bytes_per_sync);
         opts.enable_statistics();
         let cache = Cache::new_lru_cache(setup.block_cache_bytes as usize).map_err(rerr)?;
         let mut table = BlockBasedOptions::default();

@@ -47,6 +47,7 @@ pub fn options_for(preset: Preset, setup: &EngineSetup) -> Options {
         bloom_bits_per_key: setup.bloom_bits as usize,
         use_direct_io_for_flush_and_compaction: setup.direct_io,
         bytes_per_sync: setup.bytes_per_sync,
+        wal_bytes_per_sync: setup.wal_bytes_per_sync,
         ..Options::default()
     };
     if preset.needs_pm() {

@@ -670,7 +670,11 @@ fn new_log(
             ))
         }
         _ => {
-            let file = fs.create(&dir.join(wal_name(n)), WriteHint::default())?;
+            let hint = WriteHint {
+                bytes_per_sync: opts.wal_bytes_per_sync,
+                ..WriteHint::default()
+            };
+            let file = fs.create(&dir.join(wal_name(n)), hint)?;
             // The name must survive a crash for synced records to.
             fs.sync_dir(dir)?;
             Ok((LogWriter::File(wal::Writer::new(FileSink(file), n)), None))
@@ -1690,5 +1694,38 @@ mod tests {
         let causes: Vec<StallCause> = stalls.iter().map(|s| s.cause).collect();
         assert_eq!(causes, [StallCause::PmFull, StallCause::MemtableFull]);
         assert!(stalls[0].duration >= Duration::from_millis(6));
+    }
+
+    #[test]
+    fn wal_and_table_files_get_their_own_write_back_hints() {
+        let fs = crate::storage::mem::MemFs::new();
+        let opts = Options {
+            fs: Arc::new(fs.clone()),
+            memtable_size_bytes: 64 << 10,
+            sst_size_bytes: 64 << 10,
+            bytes_per_sync: 8 << 10,
+            wal_bytes_per_sync: 32 << 10,
+            ..Options::default()
+        };
+        let db = Db::open("/db", opts).unwrap();
+        for i in 0..100u32 {
+            db.put(format!("k{i:04}").as_bytes(), &[7u8; 100]).unwrap();
+        }
+        db.flush().unwrap();
+        let hints = fs.write_hints();
+        let with_ext = |ext: &str| -> Vec<WriteHint> {
+            hints
+                .iter()
+                .filter(|(p, _)| p.extension().is_some_and(|e| e == ext))
+                .map(|(_, h)| *h)
+                .collect()
+        };
+        let (logs, tables) = (with_ext("log"), with_ext("sst"));
+        assert!(!logs.is_empty() && !tables.is_empty(), "{hints:?}");
+        assert!(logs
+            .iter()
+            .all(|h| h.bytes_per_sync == 32 << 10 && !h.direct));
+        assert!(tables.iter().all(|h| h.bytes_per_sync == 8 << 10));
+        db.close().unwrap();
     }
 }

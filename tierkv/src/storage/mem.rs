@@ -30,6 +30,8 @@ use crate::error::{Error, Result};
 struct FileData {
     bytes: RwLock<Vec<u8>>,
     synced_len: AtomicU64,
+    /// How it was created (tests check what the engine asks for).
+    hint: WriteHint,
 }
 
 #[derive(Default)]
@@ -68,6 +70,7 @@ impl MemFs {
             let copy = Arc::new(FileData {
                 bytes: RwLock::new(bytes[..n.min(bytes.len())].to_vec()),
                 synced_len: AtomicU64::new(n as u64),
+                hint: f.hint,
             });
             durable.insert(path.clone(), copy);
         }
@@ -98,6 +101,12 @@ impl MemFs {
     /// Durability operations (file and directory syncs) performed so far.
     pub fn sync_count(&self) -> u64 {
         self.syncs.load(Ordering::Relaxed)
+    }
+
+    /// The live files with the hints they were created with, by path.
+    pub fn write_hints(&self) -> Vec<(PathBuf, WriteHint)> {
+        let st = self.state.lock();
+        st.live.iter().map(|(p, f)| (p.clone(), f.hint)).collect()
     }
 
     /// Total bytes of all live files.
@@ -232,8 +241,11 @@ impl Drop for MemLock {
 }
 
 impl FileSystem for MemFs {
-    fn create(&self, path: &Path, _hint: WriteHint) -> Result<Box<dyn WritableFile>> {
-        let data = Arc::new(FileData::default());
+    fn create(&self, path: &Path, hint: WriteHint) -> Result<Box<dyn WritableFile>> {
+        let data = Arc::new(FileData {
+            hint,
+            ..FileData::default()
+        });
         self.state
             .lock()
             .live
