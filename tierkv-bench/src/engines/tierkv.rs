@@ -106,6 +106,9 @@ pub enum Knob {
     /// `limit=`: the PM container's size limit, where sides start (default
     /// 60% of PM).
     ContainerLimit(u64),
+    /// `k=`: the PM designs' collector (and side-merge) threads (default
+    /// min(8, background threads)).
+    Collectors(u64),
 }
 
 /// Parses the knobs after the preset: `vlsm/mem=8m/phi=16` → `[Memtable(8 MiB),
@@ -139,6 +142,12 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
             "l1" => Knob::L1Size(n),
             "hints" if n <= 1 => Knob::Hints(n == 1),
             "limit" => Knob::ContainerLimit(n),
+            "k" if n >= 1 => Knob::Collectors(n),
+            "k" => {
+                return Err(Error::Usage(format!(
+                    "knob `{part}` of `{spec}`: k is at least 1"
+                )))
+            }
             "hints" => {
                 return Err(Error::Usage(format!(
                     "knob `{part}` of `{spec}`: hints is 0 or 1"
@@ -146,7 +155,7 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
             }
             _ => {
                 return Err(Error::Usage(format!(
-                    "unknown knob `{name}` in `{spec}`; knobs: mem, sst, phi, f, l0, batch, l1, regions, hints, limit"
+                    "unknown knob `{name}` in `{spec}`; knobs: mem, sst, phi, f, l0, batch, l1, regions, hints, limit, k"
                 )))
             }
         });
@@ -172,7 +181,8 @@ pub fn options_for_spec(preset: Preset, spec: &str, setup: &EngineSetup) -> Resu
             | Knob::L0Batch(_)
             | Knob::L1Size(_)
             | Knob::Hints(_)
-            | Knob::ContainerLimit(_) => {}
+            | Knob::ContainerLimit(_)
+            | Knob::Collectors(_) => {}
         }
     }
     let mut o = options_for(preset, &s);
@@ -184,6 +194,7 @@ pub fn options_for_spec(preset: Preset, spec: &str, setup: &EngineSetup) -> Resu
             Knob::L1Size(n) => o.l1_size_bytes = n,
             Knob::Hints(on) => o.pm_hints = on,
             Knob::ContainerLimit(n) => o.pm_container_limit_bytes = n,
+            Knob::Collectors(n) => o.pm_collector_threads = n as usize,
             _ => {}
         }
     }
@@ -350,5 +361,8 @@ mod tests {
         assert!(parse_knobs("triangle/hints=2").is_err());
         let o = options_for_spec(Preset::Matrix, "matrix/limit=96m", &s).unwrap();
         assert_eq!(o.pm_container_limit_bytes, 96 << 20);
+        let o = options_for_spec(Preset::Triangle, "triangle/k=3", &s).unwrap();
+        assert_eq!(o.pm_collector_threads, 3);
+        assert!(parse_knobs("triangle/k=0").is_err());
     }
 }
