@@ -262,22 +262,7 @@ impl Script {
         .expect("build row");
         let id = self.next_id;
         self.next_id += 1;
-        TableHandle::new(
-            TableMeta {
-                id,
-                tier: Tier::Pm,
-                format: TableFormat::RowTable,
-                size_bytes: built.size_bytes,
-                smallest: built.smallest,
-                largest: built.largest,
-                seq_min: built.seq_min,
-                seq_max: built.seq_max,
-                entries: built.entries,
-                deletions: built.deletions,
-                pm_pages: built.runs,
-            },
-            Arc::clone(&self.ctx),
-        )
+        TableHandle::new(built.into_meta(id), Arc::clone(&self.ctx))
     }
 
     fn show_container(&self) -> String {

@@ -999,19 +999,7 @@ impl Container {
                 }
             }
         }
-        let meta = TableMeta {
-            id: env.versions.new_file_number(),
-            tier: Tier::Pm,
-            format: TableFormat::RowTable,
-            size_bytes: built.size_bytes,
-            smallest: built.smallest,
-            largest: built.largest,
-            seq_min: built.seq_min,
-            seq_max: built.seq_max,
-            entries: built.entries,
-            deletions: built.deletions,
-            pm_pages: built.runs,
-        };
+        let meta = built.into_meta(env.versions.new_file_number());
         let row = Arc::new(RowTable::open(
             Arc::clone(&self.region),
             meta.pm_pages[0],
@@ -1773,26 +1761,14 @@ mod tests {
         let (region, _sim, pages) = setup(64 << 10);
         let m = mem(&[("a", 3, Kind::Put, "x"), ("b", 4, Kind::Put, "y")]);
         let (b, _) = build_mem(&region, &pages, &m, None, 1);
-        let meta = TableMeta {
-            id: 9,
-            tier: Tier::Pm,
-            format: TableFormat::RowTable,
-            size_bytes: b.size_bytes,
-            smallest: b.smallest,
-            largest: b.largest,
-            seq_min: b.seq_min,
-            seq_max: b.seq_max,
-            entries: b.entries,
-            deletions: b.deletions,
-            pm_pages: b.runs.clone(),
-        };
+        let id = (b.runs[0].first, b.seq_max);
+        let meta = b.into_meta(9);
         let cache = RowCache::new(Arc::clone(&region), true);
         let first = cache.get(&meta).unwrap();
         let ptr = Arc::as_ptr(&first);
         drop(first);
         // Nobody else holds it, and it is not opened (checked) again.
         assert_eq!(Arc::as_ptr(&cache.get(&meta).unwrap()), ptr);
-        let id = (b.runs[0].first, b.seq_max);
         cache.retain_live(&HashSet::from([id]));
         assert_eq!(Arc::as_ptr(&cache.get(&meta).unwrap()), ptr);
         // Once the row has left the version, a later get opens it afresh

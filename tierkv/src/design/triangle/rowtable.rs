@@ -118,9 +118,10 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::iter::{Found, InternalIterator, TableReader};
 use crate::key::{self, Kind, SeqNo};
+use crate::stats::Tier;
 use crate::storage::alloc::PAGE_SIZE_BYTES;
 use crate::storage::PmRegion;
-use crate::version::edit::PageRun;
+use crate::version::edit::{PageRun, TableFormat, TableMeta};
 
 /// `"RowTable"`.
 pub const MAGIC: [u8; 8] = *b"RowTable";
@@ -760,6 +761,25 @@ pub struct Built {
     pub deletions: u64,
     /// Bytes of PM the row occupies (whole pages).
     pub size_bytes: u64,
+}
+
+impl Built {
+    /// The table metadata of the row, as table `id` of the PM tier.
+    pub fn into_meta(self, id: u64) -> TableMeta {
+        TableMeta {
+            id,
+            tier: Tier::Pm,
+            format: TableFormat::RowTable,
+            size_bytes: self.size_bytes,
+            smallest: self.smallest,
+            largest: self.largest,
+            seq_min: self.seq_min,
+            seq_max: self.seq_max,
+            entries: self.entries,
+            deletions: self.deletions,
+            pm_pages: self.runs,
+        }
+    }
 }
 
 struct OpenExtent {
