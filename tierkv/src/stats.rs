@@ -173,6 +173,9 @@ pub struct Stats {
     pub block_cache_hits: u64,
     /// Block cache misses.
     pub block_cache_misses: u64,
+    /// How the PM tier persists (`Persistence::describe`, e.g.
+    /// `memory-file (clwb + sfence)`); `None` without a PM tier.
+    pub pm_persistence: Option<String>,
 }
 
 impl Stats {
@@ -201,6 +204,9 @@ impl Stats {
             self.user_ops,
             mb(self.user_bytes)
         );
+        if let Some(p) = &self.pm_persistence {
+            let _ = writeln!(s, "PM tier persists with {p}");
+        }
         let _ = writeln!(s, "\n** Levels **");
         let _ = writeln!(
             s,
@@ -340,6 +346,8 @@ pub struct StatsRecorder {
     pub block_cache_hits: AtomicU64,
     /// Block cache misses.
     pub block_cache_misses: AtomicU64,
+    /// How the PM tier persists (set once at open).
+    pub pm_persistence: std::sync::OnceLock<String>,
     log: Mutex<Log>,
 }
 
@@ -367,6 +375,7 @@ impl StatsRecorder {
             ssd_bytes_read: AtomicU64::new(0),
             block_cache_hits: AtomicU64::new(0),
             block_cache_misses: AtomicU64::new(0),
+            pm_persistence: std::sync::OnceLock::new(),
             log: Mutex::new(Log::default()),
         }
     }
@@ -462,6 +471,7 @@ impl StatsRecorder {
             regions: vec![levels],
             block_cache_hits: self.block_cache_hits.load(Ordering::Relaxed),
             block_cache_misses: self.block_cache_misses.load(Ordering::Relaxed),
+            pm_persistence: self.pm_persistence.get().cloned(),
         }
     }
 }

@@ -82,6 +82,9 @@ impl PmRegion for CountingRegion {
     fn fence(&self) {
         self.inner.fence()
     }
+    fn persistence(&self) -> tierkv::storage::Persistence {
+        self.inner.persistence()
+    }
 }
 
 struct CountingFs {

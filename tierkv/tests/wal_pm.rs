@@ -117,6 +117,9 @@ impl PmRegion for KillRegion {
     fn fence(&self) {
         self.inner.fence()
     }
+    fn persistence(&self) -> tierkv::storage::Persistence {
+        self.inner.persistence()
+    }
 }
 
 fn payload(i: usize, len: usize) -> Vec<u8> {

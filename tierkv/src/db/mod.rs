@@ -274,6 +274,11 @@ impl Db {
         } else {
             None
         };
+        if let Some(pm) = &pm {
+            let _ = stats
+                .pm_persistence
+                .set(pm.region().persistence().describe());
+        }
         let design = design::build(&options, pm.clone())?;
         let router = Router::new(&options);
         design.install(&ctx);

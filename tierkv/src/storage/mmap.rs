@@ -1,4 +1,7 @@
-//! The `mmap` PM backend: a file mapped `MAP_SHARED`, persisted with `msync`.
+//! The `mmap` PM backend: a file mapped `MAP_SHARED`, persisted with `msync`
+//! (`PmBackend::Mmap`, and `PmBackend::Auto` on a disk-backed file system
+//! without DAX; on a memory file system `Auto` uses the cache-line persists
+//! of [`super::dax`] instead).
 //!
 //! [`MmapRegion`] maps a whole file (typically under /dev/shm, which is how
 //! this machine emulates PM) into the address space. Stores go straight to
@@ -50,7 +53,7 @@ use rustix::fs::FallocateFlags;
 use rustix::io::Errno;
 use rustix::mm::{MapFlags, MsyncFlags, ProtFlags};
 
-use super::PmRegion;
+use super::{Persistence, PmRegion};
 use crate::error::{Error, Result};
 
 /// A PM region file opened and sized, not yet mapped.
@@ -331,6 +334,10 @@ impl PmRegion for MmapRegion {
 
     fn fence(&self) {
         fence(Ordering::SeqCst);
+    }
+
+    fn persistence(&self) -> Persistence {
+        Persistence::Msync
     }
 }
 

@@ -7,10 +7,12 @@
 //! compaction output), [`mem`] (in memory; `crash()` drops whatever was not
 //! synced), [`fault`] (wraps another and injects errors by rule).
 //!
-//! PM backends: [`mmap`] (any file, e.g. under /dev/shm; persist = msync),
-//! [`dax`] (MAP_SYNC on a DAX file system; persist = clwb/clflushopt + sfence;
-//! falls back to mmap when MAP_SYNC is refused), [`sim`] (tests: a volatile
-//! and a durable image; only persisted cache lines survive `crash()`).
+//! PM backends: [`dax`] (MAP_SYNC on a DAX file system, or a plain shared
+//! mapping of a file on a memory file system such as /dev/shm; persist =
+//! clwb/clflushopt + sfence, no system call), [`mmap`] (a file on a
+//! disk-backed file system without DAX; persist = msync), [`sim`] (tests: a
+//! volatile and a durable image; only persisted cache lines survive
+//! `crash()`). [`Persistence`] names what a region's persist does.
 //! [`alloc`] is the persistent 4 KB page allocator on top of a region.
 
 use std::path::{Path, PathBuf};
@@ -121,6 +123,53 @@ pub trait RandomAccessFile: Send + Sync {
 /// A held lock; dropping it releases the lock.
 pub trait FileLock: Send + Sync {}
 
+/// How a PM region makes its stores durable (reported in `tierkv.stats` and
+/// the bench's header line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Persistence {
+    /// A DAX mapping (`MAP_SYNC`): cache-line write-back + `sfence` reaches
+    /// the media.
+    Dax,
+    /// A file on a memory file system (tmpfs, ramfs, hugetlbfs), mapped
+    /// `MAP_SHARED`: the page *is* the storage, so every store survives a
+    /// process crash and nothing survives a machine crash whatever is done.
+    /// Persist is the DAX sequence (cache-line write-back + `sfence`), as on
+    /// real PM, with no system call.
+    MemoryFile,
+    /// A file on a disk-backed file system without DAX: `msync`, the only
+    /// way to reach the disk.
+    Msync,
+    /// The crash simulator (tests).
+    Simulated,
+}
+
+impl Persistence {
+    /// A short name: `dax`, `memory-file`, `msync`, `sim`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Persistence::Dax => "dax",
+            Persistence::MemoryFile => "memory-file",
+            Persistence::Msync => "msync",
+            Persistence::Simulated => "sim",
+        }
+    }
+
+    /// What a persist does, for people: e.g. `memory-file (clwb + sfence)`.
+    pub fn describe(self) -> String {
+        match self {
+            Persistence::Dax | Persistence::MemoryFile => {
+                format!(
+                    "{} ({} + sfence)",
+                    self.name(),
+                    dax::flush_instruction().name()
+                )
+            }
+            Persistence::Msync => "msync".to_string(),
+            Persistence::Simulated => "sim".to_string(),
+        }
+    }
+}
+
 /// The PM tier: one byte-addressable persistent region.
 ///
 /// Contract:
@@ -155,6 +204,8 @@ pub trait PmRegion: Send + Sync + 'static {
     fn persist(&self, offset: u64, len: usize) -> Result<()>;
     /// Orders earlier persists before later stores (`sfence`).
     fn fence(&self);
+    /// How [`PmRegion::persist`] makes stores durable.
+    fn persistence(&self) -> Persistence;
 }
 
 /// A power switch shared by crashable backends ([`mem::MemFs`],

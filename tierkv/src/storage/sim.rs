@@ -196,6 +196,10 @@ impl PmRegion for SimRegion {
     fn fence(&self) {
         std::sync::atomic::fence(Ordering::SeqCst);
     }
+
+    fn persistence(&self) -> super::Persistence {
+        super::Persistence::Simulated
+    }
 }
 
 #[cfg(test)]
