@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::storage::posix::PosixFs;
+pub use crate::storage::PmBackend;
 use crate::storage::{FileSystem, PmRegion};
 
 /// The design presets of DESIGN.md §4.
@@ -98,17 +99,6 @@ pub enum WalRecovery {
     /// write syncs every earlier log first), so dropping them keeps the
     /// recovered state a prefix of the writes.
     PointInTime,
-}
-
-/// How the PM region file is mapped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PmBackend {
-    /// Try DAX (MAP_SYNC); fall back to mmap + msync when refused.
-    Auto,
-    /// DAX only: refuse to open if MAP_SYNC is not supported.
-    Dax,
-    /// Plain shared mapping, persisted with msync.
-    Mmap,
 }
 
 /// Every option of the engine. Build with `Options::default()` and change fields.

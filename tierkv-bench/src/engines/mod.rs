@@ -128,8 +128,10 @@ pub struct EngineStats {
     pub ssd_written_bytes: u64,
     /// Bytes read from the SSD tier (compactions and reads).
     pub ssd_read_bytes: u64,
-    /// Bytes written to the PM tier.
+    /// Bytes of data written to the PM tier (relinks excluded).
     pub pm_written_bytes: u64,
+    /// PM bytes written by pointer-only work.
+    pub pm_relinked_bytes: u64,
     /// WAL bytes, whatever the tier.
     pub wal_bytes: u64,
     /// Write stalls.

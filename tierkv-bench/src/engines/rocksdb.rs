@@ -392,6 +392,7 @@ impl Engine for RocksEngine {
             ssd_written_bytes: ssd_w,
             ssd_read_bytes: ssd_r,
             pm_written_bytes: pm_w,
+            pm_relinked_bytes: 0,
             wal_bytes: wal,
             stall: StallStats {
                 seconds: st.ticker("rocksdb.stall.micros") as f64 / 1e6,

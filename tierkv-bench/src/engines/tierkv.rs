@@ -269,7 +269,8 @@ impl Engine for TierkvEngine {
             uptime_s: secs(s.uptime),
             ssd_written_bytes: s.written.ssd_total(),
             ssd_read_bytes: s.ssd_bytes_read,
-            pm_written_bytes: s.written.pm_total(),
+            pm_written_bytes: s.written.pm_written(),
+            pm_relinked_bytes: s.written.pm_relinked,
             wal_bytes: s.written.wal_ssd + s.written.wal_pm,
             stall: StallStats {
                 seconds: intervals.iter().fold(0.0, |a, i| a + i.1),

@@ -78,7 +78,15 @@ use std::sync::Arc;
 
 use super::PmRegion;
 use crate::error::{Error, Result};
-use crate::version::edit::PageRun;
+
+/// A run of contiguous PM pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PageRun {
+    /// First page number.
+    pub first: u64,
+    /// Number of pages.
+    pub count: u64,
+}
 
 /// Size of an allocator page in bytes.
 pub const PAGE_SIZE_BYTES: u64 = 4096;

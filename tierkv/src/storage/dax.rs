@@ -57,9 +57,8 @@ use rustix::io::Errno;
 use rustix::mm::MapFlags;
 
 use super::mmap::{open_sized, Mapping, MmapRegion, SizedFile};
-use super::{Persistence, PmRegion};
+use super::{Persistence, PmBackend, PmRegion};
 use crate::error::{Error, Result};
-use crate::options::PmBackend;
 
 /// Cache-line size the flushes work on.
 pub const CACHE_LINE_BYTES: usize = 64;
@@ -310,6 +309,16 @@ impl PmRegion for DaxRegion {
 
     fn persistence(&self) -> Persistence {
         self.persistence
+    }
+
+    fn store_u64(&self, offset: u64, value: u64) -> Result<()> {
+        super::check_word(self, offset)?;
+        self.map.store_u64(offset, value)
+    }
+
+    fn load_u64(&self, offset: u64) -> Result<u64> {
+        super::check_word(self, offset)?;
+        self.map.load_u64(offset)
     }
 }
 

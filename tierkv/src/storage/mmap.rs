@@ -237,6 +237,27 @@ impl Mapping {
         Ok(unsafe { std::slice::from_raw_parts(self.base().add(at), len) })
     }
 
+    /// Atomically stores an aligned 8-byte word (PmRegion contract 5).
+    pub(crate) fn store_u64(&self, offset: u64, value: u64) -> Result<()> {
+        let at = self.check(offset, 8)?;
+        // SAFETY: in the mapping (checked); the mapping is page-aligned and
+        // the caller checked `offset % 8 == 0`, so the word is aligned; link
+        // words are only ever accessed atomically (contract 5).
+        unsafe { std::sync::atomic::AtomicU64::from_ptr(self.base().add(at).cast()) }
+            .store(value, Ordering::Release);
+        Ok(())
+    }
+
+    /// Atomically loads an aligned 8-byte word.
+    pub(crate) fn load_u64(&self, offset: u64) -> Result<u64> {
+        let at = self.check(offset, 8)?;
+        // SAFETY: as in `store_u64`.
+        Ok(
+            unsafe { std::sync::atomic::AtomicU64::from_ptr(self.base().add(at).cast()) }
+                .load(Ordering::Acquire),
+        )
+    }
+
     /// `msync(MS_SYNC)` of the pages covering `[offset, offset+len)`.
     pub(crate) fn msync(&self, offset: u64, len: usize) -> Result<()> {
         let at = self.check(offset, len)?;
@@ -338,6 +359,16 @@ impl PmRegion for MmapRegion {
 
     fn persistence(&self) -> Persistence {
         Persistence::Msync
+    }
+
+    fn store_u64(&self, offset: u64, value: u64) -> Result<()> {
+        super::check_word(self, offset)?;
+        self.map.store_u64(offset, value)
+    }
+
+    fn load_u64(&self, offset: u64) -> Result<u64> {
+        super::check_word(self, offset)?;
+        self.map.load_u64(offset)
     }
 }
 

@@ -25,6 +25,7 @@ pub mod dax;
 pub mod fault;
 pub mod mem;
 pub mod mmap;
+pub mod pm;
 pub mod posix;
 pub mod sim;
 
@@ -123,6 +124,19 @@ pub trait RandomAccessFile: Send + Sync {
 /// A held lock; dropping it releases the lock.
 pub trait FileLock: Send + Sync {}
 
+/// How the PM region file is mapped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PmBackend {
+    /// DAX (`MAP_SYNC`) where the file system offers it; otherwise a shared
+    /// mapping persisted with cache-line write-backs on a memory file
+    /// system (/dev/shm), or with `msync` on a disk-backed one.
+    Auto,
+    /// DAX only: refuse to open if `MAP_SYNC` is not supported.
+    Dax,
+    /// Plain shared mapping, persisted with `msync` whatever the file system.
+    Mmap,
+}
+
 /// How a PM region makes its stores durable (reported in `tierkv.stats` and
 /// the bench's header line).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -179,10 +193,30 @@ impl Persistence {
 ///    `persist(b)` returns may keep `a` and lose `b`, never the reverse.
 /// 3. An aligned 8-byte store that is persisted is atomic across a crash
 ///    (the unit for commit flags and pointers).
-/// 4. The engine never writes a range that a reader may be reading: PM
-///    structures are written, persisted and then published; a range is only
-///    rewritten after it was freed and no live version references it.
-///    This is what makes [`PmRegion::slice`] sound.
+/// 4. The engine never writes a range that a reader may be reading, link
+///    words (5) excepted: PM structures are written, persisted and then
+///    published; a range is only rewritten after it was freed and no live
+///    version references it. This is what makes [`PmRegion::slice`] sound.
+/// 5. **Link words.** A structure may declare some aligned 8-byte words
+///    *link words* (e.g. the `next`/`prev` words of a list node whose
+///    readers reach it only through an immutable, published offset array).
+///    A link word may be updated in place while the structure is published,
+///    under three rules: (a) it is written only with
+///    [`PmRegion::store_u64`] and read only with [`PmRegion::load_u64`] —
+///    never with `write`, `read` or `slice` once the structure is
+///    published; (b) no reader's slice covers it (readers slice a node from
+///    past its link words) and no checksum covers it; (c) whoever follows a
+///    link validates what it reaches (a link may point at a node written
+///    after the crash point): recovery trusts only what a checksum or the
+///    MANIFEST vouches for.
+///
+/// Why rule 5 is sound: (a) and (b) make every concurrent access to the
+/// bytes of a link word an atomic operation on an aligned `AtomicU64`,
+/// which the Rust memory model defines (no data race, so no undefined
+/// behaviour), while every `&[u8]` handed out by `slice` covers only bytes
+/// no one writes during its life (rule 4). Across a crash, an aligned
+/// persisted store is all-or-nothing (rule 3), so a link word holds its old
+/// or its new value, and (c) makes either value safe to find.
 pub trait PmRegion: Send + Sync + 'static {
     /// Region size in bytes.
     fn len(&self) -> u64;
@@ -206,6 +240,30 @@ pub trait PmRegion: Send + Sync + 'static {
     fn fence(&self);
     /// How [`PmRegion::persist`] makes stores durable.
     fn persistence(&self) -> Persistence;
+    /// Stores the aligned 8-byte link word at `offset` with one atomic
+    /// store (contract 5); durable after a `persist` covering it. An
+    /// offset not a multiple of 8, or out of range, is
+    /// `Error::InvalidArgument`.
+    fn store_u64(&self, offset: u64, value: u64) -> Result<()>;
+    /// Loads the aligned 8-byte link word at `offset` with one atomic load
+    /// (contract 5).
+    fn load_u64(&self, offset: u64) -> Result<u64>;
+}
+
+/// Checks that `offset` names an aligned 8-byte word inside `region`;
+/// returns it as an index.
+pub(crate) fn check_word(region: &dyn PmRegion, offset: u64) -> Result<usize> {
+    let in_range = offset.checked_add(8).is_some_and(|e| e <= region.len());
+    if !offset.is_multiple_of(8) || !in_range {
+        return Err(crate::error::Error::InvalidArgument(format!(
+            "{}: link word at offset {offset} is not an aligned 8-byte word inside the region of {} bytes",
+            region.name(),
+            region.len()
+        )));
+    }
+    usize::try_from(offset).map_err(|_| {
+        crate::error::Error::InvalidArgument(format!("{}: offset {offset}", region.name()))
+    })
 }
 
 /// A power switch shared by crashable backends ([`mem::MemFs`],

@@ -79,6 +79,7 @@ use crate::coding::{put_length_prefixed, put_varint, Reader};
 use crate::error::{Error, Result};
 use crate::key::{parse_internal_key, SeqNo, MAX_SEQNO};
 use crate::stats::Tier;
+use crate::storage::alloc::PageRun;
 
 /// The on-disk/on-PM format of a table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -117,15 +118,6 @@ impl TableFormat {
             _ => return None,
         })
     }
-}
-
-/// A run of contiguous PM pages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PageRun {
-    /// First page number.
-    pub first: u64,
-    /// Number of pages.
-    pub count: u64,
 }
 
 /// Everything the manifest records about one table.

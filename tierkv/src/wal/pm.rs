@@ -79,10 +79,12 @@ use std::io;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
+use crate::storage::alloc::PageRun;
+use crate::storage::pm::PmTier;
 use crate::storage::PmRegion;
 
 use super::reader::{LogSource, Reader};
-use super::writer::LogSink;
+use super::writer::{LogSink, Writer};
 use super::{mask_crc, unmask_crc, BLOCK_SIZE, HEADER_SIZE, ZEROS};
 
 /// Bytes reserved for an extent's header; log blocks start this far in.
@@ -357,6 +359,82 @@ impl PmLog {
             .into_iter()
             .map(|(offset, h)| (offset, h.extent_len))
             .collect())
+    }
+}
+
+/// The PM WALs of a PM tier: extents handed out by its page allocator.
+pub struct PmWals {
+    tier: Arc<PmTier>,
+    source: Arc<dyn ExtentSource>,
+    extent_len_bytes: u64,
+}
+
+/// Hands WAL extents out of the page allocator.
+struct AllocExtents(Arc<PmTier>);
+
+impl ExtentSource for AllocExtents {
+    fn alloc_extent(&self, len_bytes: u64) -> Result<Option<u64>> {
+        let alloc = self.0.allocator();
+        let pages = len_bytes.div_ceil(alloc.page_size());
+        Ok(alloc.alloc(pages)?.map(|run| alloc.page_offset(run.first)))
+    }
+    fn free_extent(&self, offset: u64, len_bytes: u64) -> Result<()> {
+        self.0.free_pages(self.0.run_of(offset, len_bytes))
+    }
+}
+
+/// Bytes of one PM WAL extent for a region of `region_len_bytes`: about
+/// 1/64 of the region, between 4 and 128 log blocks.
+pub fn extent_len_for_region(region_len_bytes: u64) -> u64 {
+    extent_len_for_blocks((region_len_bytes / 64 / BLOCK_SIZE as u64).clamp(4, 128))
+}
+
+impl PmWals {
+    /// The WALs of `tier`.
+    pub fn new(tier: Arc<PmTier>) -> PmWals {
+        PmWals {
+            extent_len_bytes: extent_len_for_region(tier.region().len()),
+            source: Arc::new(AllocExtents(Arc::clone(&tier))),
+            tier,
+        }
+    }
+
+    /// Bytes of one extent (a WAL grows by this much at a time).
+    pub fn extent_len_bytes(&self) -> u64 {
+        self.extent_len_bytes
+    }
+
+    /// Creates PM WAL `n`; returns its writer and first extent offset.
+    pub fn create_log(&self, n: u64) -> Result<(Writer<PmSink>, u64)> {
+        let sink = PmLog::create(
+            Arc::clone(self.tier.region()),
+            Arc::clone(&self.source),
+            n,
+            self.extent_len_bytes,
+        )?;
+        let first = sink.first_extent();
+        Ok((Writer::new(sink, n), first))
+    }
+
+    /// Opens PM WAL `n` for replay.
+    pub fn open_log(&self, first_extent: u64, n: u64) -> Result<Reader<PmSource>> {
+        PmLog::open_for_read(Arc::clone(self.tier.region()), first_extent, n)
+    }
+
+    /// The page runs of the WAL starting at `first_extent`.
+    pub fn runs(&self, first_extent: u64) -> Result<Vec<PageRun>> {
+        Ok(PmLog::extents(self.tier.region().as_ref(), first_extent)?
+            .into_iter()
+            .map(|(offset, len)| self.tier.run_of(offset, len))
+            .collect())
+    }
+
+    /// Frees every extent of a PM WAL whose data is in tables.
+    pub fn free_log(&self, first_extent: u64) -> Result<()> {
+        for run in self.runs(first_extent)? {
+            self.tier.free_pages(run)?;
+        }
+        Ok(())
     }
 }
 
