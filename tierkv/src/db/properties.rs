@@ -79,6 +79,10 @@ impl Inner {
             .iter()
             .map(|v| v.shape())
             .collect();
-        self.stats.snapshot_regions(shapes)
+        let mut s = self.stats.snapshot_regions(shapes);
+        if let Some(pm) = &self.pm {
+            s.written.pm_metadata = pm.allocator().bytes_written();
+        }
+        s
     }
 }

@@ -151,6 +151,17 @@ pub(super) fn open(
     for e in edits {
         versions.log_and_apply(e, recovered.last_seqno)?;
     }
+    // Tables the hook adopted may hold seqnos past the MANIFEST's last.
+    let adopted_seq = versions
+        .current_all()
+        .iter()
+        .flat_map(|v| v.levels.iter().flatten().map(|t| t.meta.seq_max))
+        .max()
+        .unwrap_or(0);
+    let recovered = Recovered {
+        last_seqno: recovered.last_seqno.max(adopted_seq),
+        ..recovered
+    };
 
     // Pages a crash left allocated but unrecorded go back before replay
     // allocates (the PM tier may be nearly full).
@@ -179,6 +190,7 @@ pub(super) fn open(
         &dir,
         design.as_ref(),
         pm_wals.as_ref(),
+        &stats,
         log_number,
     )?;
     let mut edits = replay.edits;

@@ -25,7 +25,7 @@ use crate::design::{Design, WriteControl};
 use crate::error::{Error, Result};
 use crate::key::MAX_SEQNO;
 use crate::options::{Options, WalPlacement};
-use crate::stats::StallCause;
+use crate::stats::{StallCause, StatsRecorder};
 use crate::storage::{FileSystem, WriteHint};
 use crate::version::edit::{PmWal, VersionEdit};
 use crate::version::set::wal_name;
@@ -60,8 +60,31 @@ pub(super) struct NewLog {
 }
 
 /// Creates log `n`: the design's own log if it has one, else the WAL on
-/// the configured tier.
+/// the configured tier. What creating it wrote (a PM log's header) is
+/// counted as WAL bytes.
 pub(super) fn new_log(
+    opts: &Options,
+    fs: &Arc<dyn FileSystem>,
+    dir: &Path,
+    design: &dyn Design,
+    pm_wals: Option<&PmWals>,
+    stats: &StatsRecorder,
+    n: u64,
+) -> Result<NewLog> {
+    let log = create_log(opts, fs, dir, design, pm_wals, n)?;
+    let created = log.writer.bytes_written();
+    let in_pm = log.writer.in_pm();
+    stats.add_written(|w| {
+        if in_pm {
+            w.wal_pm += created
+        } else {
+            w.wal_ssd += created
+        }
+    });
+    Ok(log)
+}
+
+fn create_log(
     opts: &Options,
     fs: &Arc<dyn FileSystem>,
     dir: &Path,
@@ -319,6 +342,7 @@ impl Inner {
                 &self.dir,
                 self.design.as_ref(),
                 self.pm_wals.as_ref(),
+                &self.stats,
                 n,
             )?;
             if let Some(w) = log.pm_wal {
