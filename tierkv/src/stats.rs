@@ -184,6 +184,10 @@ pub struct Stats {
     /// How the PM tier persists (`Persistence::describe`, e.g.
     /// `memory-file (clwb + sfence)`); `None` without a PM tier.
     pub pm_persistence: Option<String>,
+    /// Writes the pacing controller paused (db/control.rs).
+    pub paced_writes: u64,
+    /// Time those pauses took in all.
+    pub paced_time: Duration,
 }
 
 impl Stats {
@@ -315,6 +319,12 @@ impl Stats {
                 d.as_secs_f64()
             );
         }
+        let _ = writeln!(
+            s,
+            "paced: {} pauses, {:.3} s",
+            self.paced_writes,
+            self.paced_time.as_secs_f64()
+        );
         let _ = writeln!(s, "\n** Flushes and compactions **");
         let flushed: u64 = self.flushes.iter().map(|f| f.output_bytes).sum();
         let flush_s: f64 = self.flushes.iter().map(|f| f.duration.as_secs_f64()).sum();
@@ -368,6 +378,8 @@ pub struct StatsRecorder {
     pub block_cache_misses: AtomicU64,
     /// How the PM tier persists (set once at open).
     pub pm_persistence: std::sync::OnceLock<String>,
+    /// Pauses of the pacing controller: count and total nanoseconds.
+    paused: (AtomicU64, AtomicU64),
     log: Mutex<Log>,
 }
 
@@ -396,6 +408,7 @@ impl StatsRecorder {
             block_cache_hits: AtomicU64::new(0),
             block_cache_misses: AtomicU64::new(0),
             pm_persistence: std::sync::OnceLock::new(),
+            paused: (AtomicU64::new(0), AtomicU64::new(0)),
             log: Mutex::new(Log::default()),
         }
     }
@@ -408,6 +421,15 @@ impl StatsRecorder {
     /// Adds to one of the written-bytes counters.
     pub fn add_written(&self, f: impl FnOnce(&mut BytesWritten)) {
         f(&mut self.log.lock().written);
+    }
+
+    /// Records a pause of the pacing controller that started at `start`
+    /// and ended now (counted, not listed: there may be millions).
+    pub fn record_pause(&self, start: Instant) {
+        self.paused.0.fetch_add(1, Ordering::Relaxed);
+        self.paused
+            .1
+            .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
     }
 
     /// Records a stall that started at `start` and ended now.
@@ -505,6 +527,8 @@ impl StatsRecorder {
             block_cache_hits: self.block_cache_hits.load(Ordering::Relaxed),
             block_cache_misses: self.block_cache_misses.load(Ordering::Relaxed),
             pm_persistence: self.pm_persistence.get().cloned(),
+            paced_writes: self.paused.0.load(Ordering::Relaxed),
+            paced_time: Duration::from_nanos(self.paused.1.load(Ordering::Relaxed)),
         }
     }
 }

@@ -71,7 +71,7 @@ mod recovery;
 pub mod region;
 mod write;
 
-use control::{RateMeter, WriteController};
+use control::{Pacer, RateMeter, WriteController};
 use region::{Regions, Router};
 use write::Writer;
 
@@ -157,6 +157,8 @@ struct State {
     shutting_down: bool,
     /// Delays and stops (db/control.rs).
     control: WriteController,
+    /// Pacing (db/control.rs).
+    pacer: Pacer,
 }
 
 /// What every room of the engine shares.

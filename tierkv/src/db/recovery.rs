@@ -42,7 +42,7 @@ use crate::version::set::{wal_name, Recovered, VersionSet};
 use crate::version::TableContext;
 use crate::wal::{self, PmWals};
 
-use super::control::{RateMeter, WriteController};
+use super::control::{Pacer, RateMeter, WriteController};
 use super::region::{Regions, Router};
 use super::write::new_log;
 use super::{Inner, RegionView, State, SuperVersion};
@@ -238,6 +238,7 @@ pub(super) fn open(
             bg_error: None,
             shutting_down: false,
             control: WriteController::new(options.delayed_write_rate_bytes_per_sec),
+            pacer: Pacer::new(),
         }),
         bg_cv: Condvar::new(),
         done_cv: Condvar::new(),

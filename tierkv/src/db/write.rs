@@ -288,6 +288,7 @@ impl Inner {
     /// current one is full (or `force` and non-empty).
     fn make_room_for_write(&self, bytes: usize, force: bool) -> Result<()> {
         let mut delayed = false;
+        let mut paced = !self.opts.write_pacing || force;
         let mut stopped = StopEpisode {
             stats: &self.stats,
             current: None,
@@ -295,6 +296,21 @@ impl Inner {
         let mut st = self.state.lock();
         loop {
             Inner::stopped(&st)?;
+            if !paced {
+                // Short pauses now, so that no stop comes later
+                // (db/control.rs, the pacing law).
+                paced = true;
+                let now = Instant::now();
+                self.sample_pacer(&mut st, now);
+                let pause = st.pacer.pause_for(bytes, now);
+                if !pause.is_zero() {
+                    drop(st);
+                    std::thread::sleep(pause);
+                    self.stats.record_pause(now);
+                    st = self.state.lock();
+                    continue;
+                }
+            }
             let control = self.write_control(&mut st);
             let mem_full = st.mem.mutable_full(&self.opts) || (force && st.mem.any_mutable_data());
             match control {

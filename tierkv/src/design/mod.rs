@@ -28,7 +28,10 @@
 //!   design-defined plan ([`Task::plan`]) from the picker to the job.
 //! * **[`Design::run`]** executes a task and returns its [`JobOutput`].
 //! * **[`Design::write_control`]** says whether writes proceed, are
-//!   delayed or stop, given the version and the memtable backlog.
+//!   delayed or stop, given the version and the memtable backlog;
+//!   **[`Design::headroom`]** says how much room is left before it stops
+//!   them, so the engine's pacing controller (db/control.rs) can slow
+//!   writers to the drain rate before the stop instead of after.
 //! * **[`Design::install`]** registers, before recovery reads any table,
 //!   how the design's PM tables are opened and read (`TableContext`).
 //! * **[`Design::recover`]**, the recovery hook: called once at open after
@@ -289,6 +292,23 @@ impl<'a> PickContext<'a> {
     }
 }
 
+/// Room left before the design's write controller stops writes, for the
+/// engine's pacing controller (db/control.rs): both in bytes of user data
+/// (the design converts from its own resource: free PM, L0 files, …).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Headroom {
+    /// User bytes the write path may still admit, at the current version
+    /// and memtable backlog, before `write_control` says `Stop`.
+    pub free_bytes: u64,
+    /// The same with the resource empty (a scale for the pacer's reserve).
+    pub capacity_bytes: u64,
+    /// The largest drop of `free_bytes` one event causes at once (a
+    /// memtable switch or a flush taking a whole row or L0 file): the
+    /// pacer keeps this much in reserve, so such a step never reaches the
+    /// stop.
+    pub step_bytes: u64,
+}
+
 /// The write controller's verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WriteControl {
@@ -351,6 +371,15 @@ pub trait Design: Send + Sync {
     /// Whether writes may proceed given the version and the number of
     /// immutable memtables waiting to be flushed.
     fn write_control(&self, v: &Version, immutable_count: usize) -> WriteControl;
+
+    /// Room left before [`Design::write_control`] stops writes (the pacing
+    /// controller slows writers to the rate background work frees it as it
+    /// runs low). `None` (the default): no bounded resource besides the
+    /// memtables, which the engine watches itself.
+    fn headroom(&self, v: &Version, immutable_count: usize) -> Option<Headroom> {
+        let _ = (v, immutable_count);
+        None
+    }
 
     /// A number that changes whenever [`Design::write_control`] may answer
     /// differently for the same versions and memtable backlog (the engine
