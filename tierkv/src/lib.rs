@@ -29,3 +29,4 @@ pub use db::{Db, ReadOptions, Snapshot, WriteOptions};
 pub use error::{Error, Result};
 pub use iter::DbIterator;
 pub use options::{Options, PmBackend, Preset, WalPlacement, WalRecovery};
+pub use sst::Compression;
