@@ -276,6 +276,9 @@ pub struct EngineSetup {
     pub bytes_per_sync: u64,
     /// The same for a WAL on SSD (RocksDB's `wal_bytes_per_sync`); 0: never.
     pub wal_bytes_per_sync: u64,
+    /// Block compression of every level (`--compression_type`; RocksDB's
+    /// `compression`). None by default: the papers measure without.
+    pub compression: ::tierkv::Compression,
     /// Inject one stall of this many milliseconds after this many writes
     /// (fake engine only; tests of the open-loop scheduler).
     pub fake_stall: Option<(u64, u64)>,
@@ -314,6 +317,7 @@ impl EngineSetup {
             direct_io: false,
             bytes_per_sync: 0,
             wal_bytes_per_sync: 0,
+            compression: ::tierkv::Compression::None,
             fake_stall: None,
             vlsm_sst_size_bytes: None,
             vlsm_memtable_size_bytes: None,
