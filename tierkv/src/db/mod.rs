@@ -319,13 +319,14 @@ impl Db {
                 router.layout(),
             )?
         } else {
-            let vs = VersionSet::create(
+            let vs = VersionSet::create_with_identity(
                 Arc::clone(&fs),
                 &dir,
                 Arc::clone(&ctx),
                 Arc::clone(&stats),
                 options.level_count,
                 router.layout(),
+                crate::version::edit::DbIdentity::for_design(options.design),
             )?;
             (vs, Recovered::default())
         };

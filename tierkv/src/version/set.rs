@@ -34,7 +34,8 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 
 use super::edit::{
-    decode_current, encode_current, manifest_file_name, PmWal, RegionLayout, VersionEdit,
+    decode_current, encode_current, manifest_file_name, DbIdentity, PmWal, RegionLayout,
+    VersionEdit,
 };
 use super::{Removed, TableContext, Version};
 use crate::error::{Error, Result};
@@ -78,6 +79,9 @@ pub struct Recovered {
     pub last_seqno: SeqNo,
     /// PM WALs still live.
     pub pm_wals: Vec<PmWal>,
+    /// What the manifest says created the database (empty for databases
+    /// created before the identity record existed).
+    pub identity: DbIdentity,
 }
 
 /// The current version and its manifest.
@@ -94,6 +98,8 @@ pub struct VersionSet {
     log_numbers: Mutex<Vec<u64>>,
     pm_wals: Mutex<Vec<PmWal>>,
     layout: RegionLayout,
+    /// Written in every snapshot record (empty: none is written).
+    identity: DbIdentity,
     /// Counts every applied group: changes whenever any region's version does.
     generation: AtomicU64,
 }
@@ -117,7 +123,8 @@ fn describe(l: &RegionLayout) -> String {
 }
 
 impl VersionSet {
-    /// Creates the files of a new, empty database in `dir`.
+    /// Creates the files of a new, empty database in `dir`, with no
+    /// identity record.
     pub fn create(
         fs: Arc<dyn FileSystem>,
         dir: &Path,
@@ -126,11 +133,34 @@ impl VersionSet {
         level_count: usize,
         layout: RegionLayout,
     ) -> Result<VersionSet> {
+        Self::create_with_identity(
+            fs,
+            dir,
+            ctx,
+            stats,
+            level_count,
+            layout,
+            DbIdentity::default(),
+        )
+    }
+
+    /// Creates the files of a new, empty database in `dir` whose manifests
+    /// record `identity` (in every snapshot record).
+    pub fn create_with_identity(
+        fs: Arc<dyn FileSystem>,
+        dir: &Path,
+        ctx: Arc<TableContext>,
+        stats: Arc<StatsRecorder>,
+        level_count: usize,
+        layout: RegionLayout,
+        identity: DbIdentity,
+    ) -> Result<VersionSet> {
         debug_assert!(layout.count >= 1);
         let versions = (0..layout.count)
             .map(|_| Version::empty(level_count))
             .collect();
-        let vs = VersionSet::new(fs, dir, ctx, stats, versions, 1, layout);
+        let mut vs = VersionSet::new(fs, dir, ctx, stats, versions, 1, layout);
+        vs.identity = identity;
         vs.write_new_manifest(0)?;
         Ok(vs)
     }
@@ -155,6 +185,7 @@ impl VersionSet {
             manifest: Mutex::new(None),
             pm_wals: Mutex::new(Vec::new()),
             layout,
+            identity: DbIdentity::default(),
             generation: AtomicU64::new(0),
         }
     }
@@ -229,6 +260,9 @@ impl VersionSet {
                 }
                 pm_wals.extend(e.new_pm_wals.iter().copied());
                 pm_wals.retain(|w| !e.deleted_pm_wals.contains(&w.log_number));
+                if let Some(id) = &e.identity {
+                    rec.identity = id.clone();
+                }
             }
         }
         rec.log_number = rec.region_log_numbers.iter().copied().min().unwrap_or(0);
@@ -261,7 +295,8 @@ impl VersionSet {
         })?;
         let next_file = next_file.max(manifest_number + 1);
         rec.pm_wals = pm_wals.clone();
-        let vs = VersionSet::new(fs, dir, ctx, stats, versions, next_file, layout);
+        let mut vs = VersionSet::new(fs, dir, ctx, stats, versions, next_file, layout);
+        vs.identity = rec.identity.clone();
         vs.log_numbers
             .lock()
             .copy_from_slice(&rec.region_log_numbers);
@@ -284,6 +319,11 @@ impl VersionSet {
     /// The current version of every region, in region order.
     pub fn current_all(&self) -> Vec<Arc<Version>> {
         self.current.read().clone()
+    }
+
+    /// What the manifest records as having created the database.
+    pub fn identity(&self) -> &DbIdentity {
+        &self.identity
     }
 
     /// Number of regions.
@@ -434,6 +474,9 @@ impl VersionSet {
         if self.layout.count > 1 {
             snap.region_layout = Some(self.layout.clone());
         }
+        if !self.identity.is_empty() {
+            snap.identity = Some(self.identity.clone());
+        }
         let mut buf = Vec::new();
         VersionEdit::encode_group(&group, &mut buf);
         writer.add_record(&buf)?;
@@ -544,6 +587,38 @@ mod tests {
         vs.close();
         let (_, rec) = open(&mem, dir);
         assert_eq!(rec.last_seqno, 150);
+    }
+
+    /// The identity written at create is in every later manifest's
+    /// snapshot; a database created without one recovers an empty one.
+    #[test]
+    fn identity_survives_reopen_and_rotation() {
+        let mem: Arc<dyn FileSystem> = Arc::new(MemFs::new());
+        let dir = Path::new("/db");
+        mem.create_dir_all(dir).unwrap();
+        let id = DbIdentity::for_design(crate::options::Preset::Matrix);
+        let stats = Arc::new(StatsRecorder::new());
+        let vs = VersionSet::create_with_identity(
+            Arc::clone(&mem),
+            dir,
+            ctx(&mem, dir),
+            stats,
+            4,
+            single_region(),
+            id.clone(),
+        )
+        .unwrap();
+        vs.write_new_manifest(0).unwrap(); // a rotation
+        vs.close();
+        let (vs, rec) = open(&mem, dir);
+        assert_eq!((rec.identity.clone(), vs.identity()), (id.clone(), &id));
+        vs.close();
+        drop(vs);
+        let (_, rec) = open(&mem, dir); // the recovery's own new manifest
+        assert_eq!(rec.identity.preset(), Some(crate::options::Preset::Matrix));
+        let (mem, dir, vs) = fresh();
+        vs.close();
+        assert!(open(&mem, dir).1.identity.is_empty());
     }
 
     /// File numbers found on disk are never handed out again.
