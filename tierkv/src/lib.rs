@@ -25,7 +25,7 @@ pub mod version;
 pub mod wal;
 
 pub use batch::WriteBatch;
-pub use db::{Db, Range, ReadOptions, Snapshot, WriteOptions};
+pub use db::{CheckpointOptions, CheckpointStats, Db, Range, ReadOptions, Snapshot, WriteOptions};
 pub use error::{Error, Result};
 pub use iter::DbIterator;
 pub use options::{Options, PmBackend, Preset, WalPlacement, WalRecovery};

@@ -49,9 +49,11 @@ use crate::version::set::{wal_name, Recovered, VersionSet};
 use crate::version::{TableContext, Version};
 use crate::wal::{self, FileSink};
 
+mod checkpoint;
 pub mod pm;
 mod range;
 pub mod region;
+pub use checkpoint::{CheckpointOptions, CheckpointStats};
 use pm::PmTier;
 pub use range::Range;
 use region::{Regions, Router};

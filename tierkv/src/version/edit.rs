@@ -33,7 +33,6 @@
 //!  varint len, smallest | varint len, largest | varint seq_min |
 //!  varint seq_max | varint entries | varint deletions |
 //!  varint run_count, run_count × (varint first_page, varint page_count)
-//! ```
 //!
 //! identity fields (each at most once; unknown ones are skipped, so fields
 //! can be added):
@@ -861,9 +860,13 @@ mod tests {
         assert_eq!(d.identity.unwrap().design.as_deref(), Some("x"));
         // Twice, or a truncated field: corruption.
         let twice = [0x81, 0x40, 0x00, 0x81, 0x40, 0x00];
-        assert!(VersionEdit::decode(&twice, "m", 0).unwrap_err().is_corruption());
+        assert!(VersionEdit::decode(&twice, "m", 0)
+            .unwrap_err()
+            .is_corruption());
         let short = [0x81, 0x40, 0x02, 0x01, 0x05];
-        assert!(VersionEdit::decode(&short, "m", 0).unwrap_err().is_corruption());
+        assert!(VersionEdit::decode(&short, "m", 0)
+            .unwrap_err()
+            .is_corruption());
     }
 
     #[test]

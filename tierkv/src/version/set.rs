@@ -450,13 +450,30 @@ impl VersionSet {
             .as_ref()
             .map_or(last_seqno, |m| m.last_seqno.max(last_seqno));
         let number = self.new_file_number();
-        let path = self.dir.join(manifest_file_name(number));
-        let file = self.fs.create(&path, WriteHint::default())?;
-        let mut writer = LogWriter::new(FileSink(file), number);
-        // One edit per region, region 0 first with the global fields.
+        let group = self.snapshot_group(&self.current_all(), last_seqno);
+        let writer = write_snapshot_manifest(self.fs.as_ref(), &self.dir, number, &group)?;
+        self.stats
+            .add_written(|w| w.manifest += writer.bytes_written());
+        set_current(self.fs.as_ref(), &self.dir, number)?;
+        if let Some(old) = guard.replace(Manifest {
+            writer,
+            number,
+            last_seqno,
+            failed: None,
+        }) {
+            let _ = self
+                .fs
+                .remove(&self.dir.join(manifest_file_name(old.number)));
+        }
+        Ok(())
+    }
+
+    /// The snapshot record of `versions` (one per region) with the set's
+    /// log numbers, next file number, PM WALs, layout and identity: one edit
+    /// per region, region 0 first with the global fields.
+    fn snapshot_group(&self, versions: &[Arc<Version>], last_seqno: SeqNo) -> Vec<VersionEdit> {
         let logs = self.log_numbers.lock().clone();
-        let mut group: Vec<VersionEdit> = self
-            .current_all()
+        let mut group: Vec<VersionEdit> = versions
             .iter()
             .zip(logs)
             .enumerate()
@@ -477,30 +494,80 @@ impl VersionSet {
         if !self.identity.is_empty() {
             snap.identity = Some(self.identity.clone());
         }
-        let mut buf = Vec::new();
-        VersionEdit::encode_group(&group, &mut buf);
-        writer.add_record(&buf)?;
-        writer.sync()?;
-        self.stats
-            .add_written(|w| w.manifest += writer.bytes_written());
-        set_current(self.fs.as_ref(), &self.dir, number)?;
-        if let Some(old) = guard.replace(Manifest {
-            writer,
-            number,
-            last_seqno,
-            failed: None,
-        }) {
-            let _ = self
-                .fs
-                .remove(&self.dir.join(manifest_file_name(old.number)));
-        }
-        Ok(())
+        group
+    }
+
+    /// The current state as one consistent snapshot, for a checkpoint:
+    /// taken under the manifest lock, so the versions, log numbers and PM
+    /// WALs are those of one applied edit. The versions pin their tables'
+    /// files and PM pages while they are held.
+    pub fn checkpoint_state(&self) -> Result<CheckpointState> {
+        let guard = self.manifest.lock();
+        let m = guard.as_ref().ok_or(Error::Closed)?;
+        let versions = self.current_all();
+        let group = self.snapshot_group(&versions, m.last_seqno);
+        Ok(CheckpointState {
+            log_number: self.log_number(),
+            pm_wals: self.pm_wals(),
+            versions,
+            group,
+        })
     }
 
     /// Closes the manifest.
     pub fn close(&self) {
         self.manifest.lock().take();
     }
+}
+
+/// What [`VersionSet::checkpoint_state`] captures.
+pub struct CheckpointState {
+    /// The current version of every region (they pin their tables).
+    pub versions: Vec<Arc<Version>>,
+    /// Their snapshot record, as a new manifest's first record holds it.
+    pub group: Vec<VersionEdit>,
+    /// The PM WALs live in that state.
+    pub pm_wals: Vec<PmWal>,
+    /// WALs numbered below this are in tables in that state.
+    pub log_number: u64,
+}
+
+/// Writes `MANIFEST-<number>` in `dir` holding the snapshot record `group`
+/// and syncs it (CURRENT is not touched); returns the writer (its byte
+/// count).
+fn write_snapshot_manifest(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    number: u64,
+    group: &[VersionEdit],
+) -> Result<LogWriter<FileSink>> {
+    let path = dir.join(manifest_file_name(number));
+    let file = fs.create(&path, WriteHint::default())?;
+    let mut writer = LogWriter::new(FileSink(file), number);
+    let mut buf = Vec::new();
+    VersionEdit::encode_group(group, &mut buf);
+    writer.add_record(&buf)?;
+    writer.sync()?;
+    Ok(writer)
+}
+
+/// Makes `dir` a database whose state is the snapshot record `group`: writes
+/// and syncs `MANIFEST-<number>`, points CURRENT at it, syncs the directory.
+/// `group[0].next_file_number` must be above `number` and every file the
+/// state names (checkpoints).
+pub fn install_snapshot_manifest(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    number: u64,
+    group: &[VersionEdit],
+) -> Result<()> {
+    debug_assert!(group
+        .first()
+        .and_then(|e| e.next_file_number)
+        .is_some_and(|n| n > number));
+    write_snapshot_manifest(fs, dir, number, group)?;
+    fs.sync_dir(dir)?;
+    set_current(fs, dir, number)
 }
 
 /// Points CURRENT at manifest `number` atomically and durably.
