@@ -14,6 +14,7 @@ pub mod compaction;
 pub mod db;
 pub mod design;
 pub mod error;
+pub mod inspect;
 pub mod iter;
 pub mod key;
 pub mod memtable;

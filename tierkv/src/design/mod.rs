@@ -11,6 +11,7 @@
 //!   stop, given the version and the memtable backlog.
 
 pub mod classic;
+pub mod inspect;
 pub mod matrix;
 pub mod triangle;
 pub mod vlsm;

@@ -35,6 +35,7 @@
 
 pub mod container;
 pub mod hint;
+pub mod inspect;
 pub mod picker;
 pub mod rowtable;
 
