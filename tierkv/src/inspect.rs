@@ -637,3 +637,109 @@ pub fn verify_pm(region: &Arc<dyn PmRegion>, state: &ManifestState, design: Pres
     checks.extend(crate::design::inspect::verify_pm(design, region, state));
     checks
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::design::triangle::container::{ContainerState, CONTAINER_TAG};
+    use crate::key::make_internal_key;
+    use crate::stats::Tier;
+
+    fn table(id: u64, tier: Tier, format: TableFormat) -> TableMeta {
+        TableMeta {
+            id,
+            tier,
+            format,
+            size_bytes: 1,
+            smallest: make_internal_key(b"a", 1, crate::key::Kind::Put),
+            largest: make_internal_key(b"b", 1, crate::key::Kind::Put),
+            seq_min: 1,
+            seq_max: 1,
+            entries: 1,
+            deletions: 0,
+            pm_pages: Vec::new(),
+        }
+    }
+
+    fn state(tables: Vec<(usize, TableMeta)>) -> ManifestState {
+        let mut r = RegionState::default();
+        for (l, t) in tables {
+            if r.levels.len() <= l {
+                r.levels.resize_with(l + 1, Vec::new);
+            }
+            r.levels[l].push(t);
+        }
+        ManifestState {
+            regions: vec![r],
+            ..ManifestState::default()
+        }
+    }
+
+    /// Databases older than the identity record: the design from what the
+    /// manifest holds.
+    #[test]
+    fn designs_are_inferred_without_an_identity() {
+        let sst = table(1, Tier::Ssd, TableFormat::Sst);
+        assert_eq!(
+            infer_design(&state(vec![(1, sst.clone())])).design,
+            Some(Preset::Classic)
+        );
+        assert_eq!(infer_design(&state(vec![])).design, Some(Preset::Classic));
+        let row = table(2, Tier::Pm, TableFormat::RowTable);
+        let mut s = state(vec![(0, row), (1, sst)]);
+        let i = infer_design(&s);
+        assert_eq!(i.design, Some(Preset::Triangle));
+        assert!(i.how.starts_with("inferred"), "{}", i.how);
+        let matrix = ContainerState {
+            compactor_seq: 9,
+            ..ContainerState::default()
+        };
+        s.regions[0]
+            .design_state
+            .insert(CONTAINER_TAG, matrix.encode());
+        assert_eq!(infer_design(&s).design, Some(Preset::Matrix));
+        let mut wal_only = state(vec![]);
+        wal_only.pm_wals.push(PmWal {
+            log_number: 3,
+            first_extent: 8192,
+        });
+        assert_eq!(infer_design(&wal_only).design, None);
+        // The record wins; an unknown name is not guessed at.
+        wal_only.identity = DbIdentity::for_design(Preset::Vlsm);
+        assert_eq!(infer_design(&wal_only).design, Some(Preset::Vlsm));
+        wal_only.identity.design = Some("future".into());
+        let i = infer_design(&wal_only);
+        assert!(
+            i.design.is_none() && i.how.contains("`future`"),
+            "{}",
+            i.how
+        );
+    }
+
+    #[test]
+    fn manifests_read_without_opening_the_database() {
+        use crate::storage::mem::MemFs;
+        let fs = MemFs::new();
+        let opts = Options {
+            fs: Arc::new(fs.clone()),
+            memtable_size_bytes: 64 << 10,
+            ..Options::for_design(Preset::Vlsm)
+        };
+        let db = crate::Db::open("/db", opts).unwrap();
+        for i in 0..2000u32 {
+            db.put(format!("k{i:05}").as_bytes(), &[1u8; 64]).unwrap();
+        }
+        db.flush().unwrap();
+        db.close().unwrap();
+        let d = read_manifest(&fs, Path::new("/db")).unwrap();
+        assert!(!d.records.is_empty() && d.torn_tail.is_none());
+        assert_eq!(infer_design(&d.state).design, Some(Preset::Vlsm));
+        assert!(d.state.tables().count() > 0);
+        assert!(d.state.tables().all(|(_, _, t)| t.tier == Tier::Ssd));
+        assert!(matches!(
+            read_manifest(&fs, Path::new("/nothing")),
+            Err(Error::NotADatabase(_))
+        ));
+    }
+}
