@@ -14,6 +14,7 @@ pub mod compaction;
 pub mod db;
 pub mod design;
 pub mod error;
+pub mod inspect;
 pub mod iter;
 pub mod key;
 pub mod memtable;
@@ -25,7 +26,8 @@ pub mod version;
 pub mod wal;
 
 pub use batch::WriteBatch;
-pub use db::{Db, ReadOptions, Snapshot, WriteOptions};
+pub use db::{CheckpointOptions, CheckpointStats, Db, Range, ReadOptions, Snapshot, WriteOptions};
 pub use error::{Error, Result};
 pub use iter::DbIterator;
 pub use options::{Options, PmBackend, Preset, WalPlacement, WalRecovery};
+pub use sst::Compression;

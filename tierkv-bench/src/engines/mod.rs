@@ -280,6 +280,9 @@ pub struct EngineSetup {
     pub wal_bytes_per_sync: u64,
     /// tierkv: the pacing write controller (`Options::write_pacing`).
     pub write_pacing: bool,
+    /// Block compression of every level (`--compression_type`; RocksDB's
+    /// `compression`). None by default: the papers measure without.
+    pub compression: ::tierkv::Compression,
     /// Inject one stall of this many milliseconds after this many writes
     /// (fake engine only; tests of the open-loop scheduler).
     pub fake_stall: Option<(u64, u64)>,
@@ -319,6 +322,7 @@ impl EngineSetup {
             bytes_per_sync: 0,
             wal_bytes_per_sync: 0,
             write_pacing: true,
+            compression: ::tierkv::Compression::None,
             fake_stall: None,
             vlsm_sst_size_bytes: None,
             vlsm_memtable_size_bytes: None,

@@ -49,6 +49,7 @@ pub fn options_for(preset: Preset, setup: &EngineSetup) -> Options {
         bytes_per_sync: setup.bytes_per_sync,
         wal_bytes_per_sync: setup.wal_bytes_per_sync,
         write_pacing: setup.write_pacing,
+        compression: setup.compression,
         ..Options::default()
     };
     if preset.needs_pm() {
@@ -358,6 +359,11 @@ mod tests {
             Some(std::path::Path::new("/dev/shm/y"))
         );
         assert_eq!(o.l1_size_bytes, 16 << 20);
+        assert_eq!(o.compression, ::tierkv::Compression::None);
+        s.compression = ::tierkv::Compression::Zstd;
+        let o = options_for(Preset::Vlsm, &s);
+        assert_eq!(o.compression_for_level(0), ::tierkv::Compression::Zstd);
+        assert_eq!(o.compression_for_level(6), ::tierkv::Compression::Zstd);
     }
 
     #[test]

@@ -63,15 +63,19 @@ use crate::version::set::VersionSet;
 use crate::version::Version;
 use crate::wal::{LogWriter, PmWals};
 
+mod checkpoint;
 mod control;
 mod jobs;
 mod obsolete;
 mod properties;
+mod range;
 mod recovery;
 pub mod region;
 mod write;
 
+pub use checkpoint::{CheckpointOptions, CheckpointStats};
 use control::{Pacer, RateMeter, WriteController};
+pub use range::Range;
 use region::{Regions, Router};
 use write::Writer;
 
@@ -194,6 +198,36 @@ struct Inner {
 }
 
 /// An open database. `Send + Sync`: share it with `Arc<Db>`.
+///
+/// ```
+/// use tierkv::{Db, Options, WriteBatch, WriteOptions};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// let db = Db::open(dir.path(), Options::default())?;
+/// db.put(b"apple", b"red")?;
+/// let mut batch = WriteBatch::new();
+/// batch.put(b"banana", b"yellow").put(b"cherry", b"dark red").delete(b"apple");
+/// db.write(batch, &WriteOptions { sync: true })?; // atomic and durable
+/// assert_eq!(db.get(b"banana")?, Some(b"yellow".to_vec()));
+/// assert_eq!(db.get(b"apple")?, None);
+///
+/// // Iteration: a Rust iterator over a range (or `prefix`), both ways.
+/// for kv in db.range("b".as_bytes().."d".as_bytes()) {
+///     let (key, value) = kv?;
+///     println!("{} = {}", String::from_utf8_lossy(&key), String::from_utf8_lossy(&value));
+/// }
+/// let last = db.range::<&[u8], _>(..).next_back().transpose()?;
+/// assert_eq!(last.map(|(k, _)| k), Some(b"cherry".to_vec()));
+///
+/// // A snapshot keeps reading the state it was taken at.
+/// let snapshot = db.snapshot();
+/// db.put(b"banana", b"green")?;
+/// let then: Vec<_> = db.prefix(b"banana").at(&snapshot).collect::<tierkv::Result<_>>()?;
+/// assert_eq!(then[0].1, b"yellow");
+/// db.close()?;
+/// # Ok(()) }
+/// ```
 pub struct Db {
     inner: Arc<Inner>,
     threads: Mutex<Vec<JoinHandle<()>>>,

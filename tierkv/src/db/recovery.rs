@@ -116,13 +116,14 @@ pub(super) fn open(
             router.layout(),
         )?
     } else {
-        let vs = VersionSet::create(
+        let vs = VersionSet::create_with_identity(
             Arc::clone(&fs),
             &dir,
             Arc::clone(&ctx),
             Arc::clone(&stats),
             options.level_count,
             router.layout(),
+            crate::version::edit::DbIdentity::for_design(options.design),
         )?;
         (vs, Recovered::default())
     };

@@ -85,6 +85,7 @@
 
 pub mod classic;
 pub mod container;
+pub mod inspect;
 pub mod leveled;
 pub mod matrix;
 pub mod triangle;

@@ -86,6 +86,34 @@ pub trait FileSystem: Send + Sync + 'static {
     fn lock(&self, path: &Path) -> Result<Box<dyn FileLock>>;
     /// Free bytes on the device holding `dir` (`u64::MAX` if unknown).
     fn free_space(&self, dir: &Path) -> Result<u64>;
+    /// Makes `to` a hard link to the existing file `from` (checkpoints share
+    /// immutable SSTs this way). `Ok(false)` when the backend or the file
+    /// system cannot (another device, no hard links): the caller copies
+    /// instead. Like a creation, the new name is durable after
+    /// [`FileSystem::sync_dir`]. The default cannot.
+    fn link(&self, from: &Path, to: &Path) -> Result<bool> {
+        let _ = (from, to);
+        Ok(false)
+    }
+}
+
+/// Copies the file `from` to `to` (created or truncated) and syncs it; the
+/// fallback of [`FileSystem::link`]. Returns the bytes copied.
+pub fn copy_file(fs: &dyn FileSystem, from: &Path, to: &Path) -> Result<u64> {
+    const CHUNK_BYTES: usize = 1 << 20;
+    let src = fs.open(from)?;
+    let mut dst = fs.create(to, WriteHint::default())?;
+    let len = src.len();
+    let mut buf = vec![0u8; CHUNK_BYTES.min(len as usize)];
+    let mut at = 0u64;
+    while at < len {
+        let n = ((len - at) as usize).min(CHUNK_BYTES);
+        src.read_exact_at(at, &mut buf[..n])?;
+        dst.append(&buf[..n])?;
+        at += n as u64;
+    }
+    dst.sync()?;
+    Ok(len)
 }
 
 /// A file being written sequentially.

@@ -103,6 +103,7 @@ use hint::ContainerView;
 use rowtable::{BuildParams, Expect, PageSource, RowTable};
 
 pub mod hint;
+pub mod inspect;
 pub mod rowtable;
 pub mod side;
 
@@ -411,7 +412,7 @@ pub fn successor(k: &[u8]) -> Vec<u8> {
 /// row of a version, and a write-only load has no view keeping them open, so
 /// a weak cache would re-check every row's metadata (a checksum and a walk
 /// of every element) at every pick. Each flush drops the readers of rows that
-/// are no longer in its version ([`RowCache::retain_live`]); a reader kept a
+/// are no longer in its version (`RowCache::retain_live`); a reader kept a
 /// little longer is harmless, since its key `(first metadata page, seq_max)`
 /// is never reused (seqnos only grow).
 pub struct RowCache {
