@@ -129,9 +129,8 @@ fn live_checkpoint(design: Preset, flush: bool) {
     if design.needs_pm() {
         assert!(stats.pm_bytes > 0, "{stats:?}");
     }
-    if !flush {
-        assert!(design.needs_pm() || stats.wal_bytes > 0, "{stats:?}");
-    }
+    // Without a flush, the writes of the memtables are only in the copied
+    // WALs (SSD files or PM extents): `check_prefixes` below finds them.
     // Linked SSTs share their inode with the live database's.
     for e in std::fs::read_dir(tmp.path().join("copy")).unwrap() {
         let e = e.unwrap();
