@@ -24,6 +24,17 @@
 //!  +-------+------+------+-----------+-------------+-------------+-----+-----+
 //!   crc = crc32c(bytes 0..40)
 //!
+//!  identity block (bytes 48..88 of page 0; all zero in regions formatted
+//!  before it existed):
+//!   48       56          64           72    76    80
+//!  +--------+-----------+------------+-----+-----+----------+
+//!  | id     | region_id | size_bytes | crc | pad | owner    |
+//!  | magic  | u64 ≠ 0   | u64        | u32 | 0   | u64      |
+//!  +--------+-----------+------------+-----+-----+----------+
+//!   id magic = "tkvPMid\0"; crc = crc32c(bytes 48..72); owner = the id of
+//!   the database the region belongs to (0: none yet), one aligned 8-byte
+//!   word outside the crc, so binding the region is one atomic store.
+//!
 //!  bitmap: u64 little-endian words; page p is bit (p % 64) of word p / 64,
 //!  at region offset 4096 * bitmap_first_page + 8 * (p / 64); 1 = allocated.
 //! ```
@@ -54,6 +65,14 @@
 //!   the bitmap words carry no checksum: the MANIFEST (which has checksums)
 //!   is the truth, and the bitmap is only a cache of it that must never
 //!   claim a live page is free — which persist-before-return guarantees.
+//!
+//! * The identity block is written before the magic at `format` (an
+//!   interrupted format leaves no identity to trust), and added to an older
+//!   region by [`PageAllocator::adopt_identity`] id-magic last (a torn
+//!   write leaves the block all zero or without its magic: no identity,
+//!   never a wrong one). Binding the region to a database
+//!   ([`PageAllocator::bind`]) stores and persists the aligned `owner`
+//!   word alone.
 //!
 //! # Concurrency
 //!
@@ -102,6 +121,92 @@ pub const MIN_PAGES: u64 = 3;
 const PAGES_PER_BITMAP_PAGE: u64 = PAGE_SIZE_BYTES * 8;
 /// Bytes of the superblock that carry data (the rest of page 0 is zero).
 const SUPERBLOCK_BYTES: usize = 48;
+/// The identity block: offset, magic and field offsets (module doc).
+const ID_OFFSET: u64 = 48;
+const ID_MAGIC: u64 = u64::from_le_bytes(*b"tkvPMid\0");
+const ID_BYTES: usize = 40;
+const ID_CRC_END: usize = 24;
+const ID_OWNER: u64 = ID_OFFSET + 32;
+
+/// Who a PM region is: set at format (or adopted by an older region), and
+/// the database that owns it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegionIdentity {
+    /// A random id chosen when the region was formatted (never 0).
+    pub region_id: u64,
+    /// The region's length when it was formatted.
+    pub size_bytes: u64,
+    /// The id of the database the region belongs to; 0: none yet.
+    pub owner: u64,
+}
+
+/// A random non-zero 64-bit id (`getrandom`).
+pub fn random_id() -> Result<u64> {
+    let mut b = [0u8; 8];
+    loop {
+        rustix::rand::getrandom(&mut b, rustix::rand::GetRandomFlags::empty())
+            .map_err(|e| Error::io("getrandom", e.into()))?;
+        let id = u64::from_le_bytes(b);
+        if id != 0 {
+            return Ok(id);
+        }
+    }
+}
+
+/// Reads the identity block of `region`: `None` for a region formatted
+/// before identities existed (or never formatted); damage is
+/// `Error::Corruption` naming the region and offset. Reads only.
+pub fn read_identity(region: &dyn PmRegion) -> Result<Option<RegionIdentity>> {
+    if region.len() < ID_OFFSET + ID_BYTES as u64 {
+        return Ok(None);
+    }
+    let mut b = [0u8; ID_BYTES];
+    region.read(ID_OFFSET, &mut b)?;
+    let magic = u64_at(&b, 0);
+    if magic == 0 {
+        return Ok(None);
+    }
+    if magic != ID_MAGIC {
+        return Err(Error::corruption(
+            region.name(),
+            ID_OFFSET,
+            format!("bad PM region identity magic {magic:#018x}"),
+        ));
+    }
+    let stored = u32_at(&b, ID_CRC_END);
+    let computed = crc32c::crc32c(&b[..ID_CRC_END]);
+    if stored != computed {
+        return Err(Error::corruption(
+            region.name(),
+            ID_OFFSET + ID_CRC_END as u64,
+            format!("PM region identity checksum mismatch: stored {stored:#010x}, computed {computed:#010x}"),
+        ));
+    }
+    let id = RegionIdentity {
+        region_id: u64_at(&b, 8),
+        size_bytes: u64_at(&b, 16),
+        owner: u64_at(&b, 32),
+    };
+    if id.region_id == 0 {
+        return Err(Error::corruption(
+            region.name(),
+            ID_OFFSET + 8,
+            "PM region identity holds region id 0",
+        ));
+    }
+    Ok(Some(id))
+}
+
+/// The identity block of a region `region_id` of `size_bytes`, owner 0.
+fn encode_identity(region_id: u64, size_bytes: u64) -> [u8; ID_BYTES] {
+    let mut b = [0u8; ID_BYTES];
+    b[0..8].copy_from_slice(&ID_MAGIC.to_le_bytes());
+    b[8..16].copy_from_slice(&region_id.to_le_bytes());
+    b[16..24].copy_from_slice(&size_bytes.to_le_bytes());
+    let crc = crc32c::crc32c(&b[..ID_CRC_END]);
+    b[24..28].copy_from_slice(&crc.to_le_bytes());
+    b
+}
 /// Offset of the checksum; it covers bytes `0..CRC_OFFSET`.
 const CRC_OFFSET: usize = 40;
 
@@ -311,10 +416,13 @@ impl PageAllocator {
         }
         region.write(geo.bitmap_offset(), &image)?;
         region.persist(geo.bitmap_offset(), bitmap_len)?;
-        // 3. The superblock without its magic, and the reserved rest of page 0.
+        // 3. The superblock without its magic, the identity block (a new
+        // random region id, no owner), and the reserved rest of page 0.
         let sb = geo.encode();
         let mut page0 = vec![0u8; PAGE_SIZE_BYTES as usize];
         page0[8..SUPERBLOCK_BYTES].copy_from_slice(&sb[8..]);
+        let id = encode_identity(random_id()?, region.len());
+        page0[ID_OFFSET as usize..ID_OFFSET as usize + ID_BYTES].copy_from_slice(&id);
         region.write(8, &page0[8..])?;
         region.persist(0, PAGE_SIZE_BYTES as usize)?;
         // 4. Commit: the 8-byte magic.
@@ -475,6 +583,41 @@ impl PageAllocator {
             .fetch_add(8, std::sync::atomic::Ordering::Relaxed);
         self.region
             .write(self.geo.word_offset(w), &word.to_le_bytes())
+    }
+
+    /// The region's identity (`None`: formatted before identities existed;
+    /// see [`PageAllocator::adopt_identity`]).
+    pub fn identity(&self) -> Result<Option<RegionIdentity>> {
+        read_identity(self.region.as_ref())
+    }
+
+    /// Gives a region formatted before identities existed one (a new random
+    /// region id, no owner), persisted id-magic last; returns it. A region
+    /// that has one keeps it.
+    pub fn adopt_identity(&self) -> Result<RegionIdentity> {
+        if let Some(id) = self.identity()? {
+            return Ok(id);
+        }
+        let b = encode_identity(random_id()?, self.region.len());
+        self.region.write(ID_OFFSET + 8, &b[8..])?;
+        self.region.persist(ID_OFFSET + 8, ID_BYTES - 8)?;
+        self.region.write(ID_OFFSET, &b[..8])?;
+        self.region.persist(ID_OFFSET, 8)?;
+        self.bytes_written
+            .fetch_add(ID_BYTES as u64, std::sync::atomic::Ordering::Relaxed);
+        self.identity()?.ok_or_else(|| {
+            Error::corruption(self.region.name(), ID_OFFSET, "PM region identity did not stick")
+        })
+    }
+
+    /// Records `owner` (a database id) as the region's owner: one atomic,
+    /// persisted 8-byte store.
+    pub fn bind(&self, owner: u64) -> Result<()> {
+        self.region.write(ID_OWNER, &owner.to_le_bytes())?;
+        self.region.persist(ID_OWNER, 8)?;
+        self.bytes_written
+            .fetch_add(8, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 
     /// Bytes this allocator has stored into the region since it was opened

@@ -37,6 +37,8 @@
 //! identity fields (each at most once; unknown ones are skipped, so fields
 //! can be added):
 //!  (varint field, varint len, bytes)*   field 1: design preset name (UTF-8)
+//!                                        field 2: database id (u64le)
+//!                                        field 3: PM region id, size (2 × u64le)
 //! ```
 //!
 //! The identity says what created the database, so tools can open it
@@ -211,6 +213,22 @@ pub struct VersionEdit {
 pub struct DbIdentity {
     /// The design preset's name (`Preset::name`), e.g. `"triangle"`.
     pub design: Option<String>,
+    /// A random id of the database, chosen when it was created (or first
+    /// opened by a build that records it); a PM region records it as its
+    /// owner.
+    pub db_id: Option<u64>,
+    /// The PM region the database keeps data in: its id (the region's own
+    /// identity block) and size; `None` without a PM tier.
+    pub pm_region: Option<PmRegionRef>,
+}
+
+/// Which PM region a database uses (identity field 3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PmRegionRef {
+    /// The region's id (`storage::alloc::RegionIdentity::region_id`).
+    pub region_id: u64,
+    /// Its size in bytes.
+    pub size_bytes: u64,
 }
 
 impl DbIdentity {
@@ -218,12 +236,13 @@ impl DbIdentity {
     pub fn for_design(design: crate::options::Preset) -> DbIdentity {
         DbIdentity {
             design: Some(design.name().to_string()),
+            ..DbIdentity::default()
         }
     }
 
     /// True if no field is set (nothing to record).
     pub fn is_empty(&self) -> bool {
-        self.design.is_none()
+        self.design.is_none() && self.db_id.is_none() && self.pm_region.is_none()
     }
 
     /// The design as a preset, if recorded and known to this build.
@@ -238,6 +257,16 @@ impl DbIdentity {
             put_varint(dst, identity_field::DESIGN);
             put_length_prefixed(dst, d.as_bytes());
         }
+        if let Some(id) = self.db_id {
+            put_varint(dst, identity_field::DB_ID);
+            put_length_prefixed(dst, &id.to_le_bytes());
+        }
+        if let Some(r) = self.pm_region {
+            let mut b = r.region_id.to_le_bytes().to_vec();
+            b.extend_from_slice(&r.size_bytes.to_le_bytes());
+            put_varint(dst, identity_field::PM_REGION);
+            put_length_prefixed(dst, &b);
+        }
     }
 
     fn decode_body(body: &[u8]) -> std::result::Result<DbIdentity, String> {
@@ -246,11 +275,39 @@ impl DbIdentity {
         while !r.is_empty() {
             let field = r.varint().ok_or("truncated identity field")?;
             let value = r.length_prefixed().ok_or("truncated identity field")?;
-            if field == identity_field::DESIGN {
-                let name = std::str::from_utf8(value).map_err(|_| "design name is not UTF-8")?;
-                if id.design.replace(name.to_string()).is_some() {
-                    return Err("identity names the design twice".into());
+            let u64_at = |b: &[u8], at: usize| -> Option<u64> {
+                Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
+            };
+            match field {
+                identity_field::DESIGN => {
+                    let name =
+                        std::str::from_utf8(value).map_err(|_| "design name is not UTF-8")?;
+                    if id.design.replace(name.to_string()).is_some() {
+                        return Err("identity names the design twice".into());
+                    }
                 }
+                identity_field::DB_ID => {
+                    let v = u64_at(value, 0)
+                        .filter(|_| value.len() == 8)
+                        .ok_or("database id is not 8 bytes")?;
+                    if id.db_id.replace(v).is_some() {
+                        return Err("identity names the database id twice".into());
+                    }
+                }
+                identity_field::PM_REGION => {
+                    let r = (value.len() == 16)
+                        .then(|| Some((u64_at(value, 0)?, u64_at(value, 8)?)))
+                        .flatten()
+                        .ok_or("PM region reference is not 16 bytes")?;
+                    let r = PmRegionRef {
+                        region_id: r.0,
+                        size_bytes: r.1,
+                    };
+                    if id.pm_region.replace(r).is_some() {
+                        return Err("identity names the PM region twice".into());
+                    }
+                }
+                _ => {}
             }
         }
         Ok(id)
@@ -259,6 +316,8 @@ impl DbIdentity {
 
 mod identity_field {
     pub const DESIGN: u64 = 1;
+    pub const DB_ID: u64 = 2;
+    pub const PM_REGION: u64 = 3;
 }
 
 /// How a database splits its keys into regions (recorded in the manifest).
@@ -824,6 +883,11 @@ mod tests {
                 design: rng
                     .gen_bool(0.7)
                     .then(|| String::from_utf8_lossy(&random_bytes(rng, 12)).into_owned()),
+                db_id: rng.gen_bool(0.5).then(|| rng.gen()),
+                pm_region: rng.gen_bool(0.5).then(|| PmRegionRef {
+                    region_id: rng.gen(),
+                    size_bytes: rng.gen(),
+                }),
             }),
         }
     }

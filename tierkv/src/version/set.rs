@@ -98,8 +98,9 @@ pub struct VersionSet {
     log_numbers: Mutex<Vec<u64>>,
     pm_wals: Mutex<Vec<PmWal>>,
     layout: RegionLayout,
-    /// Written in every snapshot record (empty: none is written).
-    identity: DbIdentity,
+    /// Written in every snapshot record (empty: none is written); an edit
+    /// carrying an identity replaces it.
+    identity: Mutex<DbIdentity>,
     /// Counts every applied group: changes whenever any region's version does.
     generation: AtomicU64,
 }
@@ -160,7 +161,7 @@ impl VersionSet {
             .map(|_| Version::empty(level_count))
             .collect();
         let mut vs = VersionSet::new(fs, dir, ctx, stats, versions, 1, layout);
-        vs.identity = identity;
+        *vs.identity.lock() = identity;
         vs.write_new_manifest(0)?;
         Ok(vs)
     }
@@ -185,7 +186,7 @@ impl VersionSet {
             manifest: Mutex::new(None),
             pm_wals: Mutex::new(Vec::new()),
             layout,
-            identity: DbIdentity::default(),
+            identity: Mutex::new(DbIdentity::default()),
             generation: AtomicU64::new(0),
         }
     }
@@ -296,7 +297,7 @@ impl VersionSet {
         let next_file = next_file.max(manifest_number + 1);
         rec.pm_wals = pm_wals.clone();
         let mut vs = VersionSet::new(fs, dir, ctx, stats, versions, next_file, layout);
-        vs.identity = rec.identity.clone();
+        *vs.identity.lock() = rec.identity.clone();
         vs.log_numbers
             .lock()
             .copy_from_slice(&rec.region_log_numbers);
@@ -322,8 +323,8 @@ impl VersionSet {
     }
 
     /// What the manifest records as having created the database.
-    pub fn identity(&self) -> &DbIdentity {
-        &self.identity
+    pub fn identity(&self) -> DbIdentity {
+        self.identity.lock().clone()
     }
 
     /// Number of regions.
@@ -428,6 +429,9 @@ impl VersionSet {
                 if let Some(n) = e.log_number {
                     logs[e.region as usize] = n;
                 }
+                if let Some(id) = &e.identity {
+                    *self.identity.lock() = id.clone();
+                }
                 pw.extend(e.new_pm_wals.iter().copied());
                 pw.retain(|w| !e.deleted_pm_wals.contains(&w.log_number));
             }
@@ -491,8 +495,9 @@ impl VersionSet {
         if self.layout.count > 1 {
             snap.region_layout = Some(self.layout.clone());
         }
-        if !self.identity.is_empty() {
-            snap.identity = Some(self.identity.clone());
+        let identity = self.identity.lock().clone();
+        if !identity.is_empty() {
+            snap.identity = Some(identity);
         }
         group
     }
@@ -678,7 +683,7 @@ mod tests {
         vs.write_new_manifest(0).unwrap(); // a rotation
         vs.close();
         let (vs, rec) = open(&mem, dir);
-        assert_eq!((rec.identity.clone(), vs.identity()), (id.clone(), &id));
+        assert_eq!((rec.identity.clone(), vs.identity()), (id.clone(), id.clone()));
         vs.close();
         drop(vs);
         let (_, rec) = open(&mem, dir); // the recovery's own new manifest
