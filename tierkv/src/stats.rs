@@ -182,6 +182,8 @@ pub struct Stats {
     /// How the PM tier persists (`Persistence::describe`, e.g.
     /// `memory-file (clwb + sfence)`); `None` without a PM tier.
     pub pm_persistence: Option<String>,
+    /// Figures the design reports (`Design::stats`), by name, in its order.
+    pub design: Vec<(String, String)>,
 }
 
 impl Stats {
@@ -347,6 +349,12 @@ impl Stats {
             "block cache: {} hits, {} misses",
             self.block_cache_hits, self.block_cache_misses
         );
+        if !self.design.is_empty() {
+            let _ = writeln!(s, "\n** Design **");
+            for (k, v) in &self.design {
+                let _ = writeln!(s, "{k}: {v}");
+            }
+        }
         s
     }
 }
@@ -503,6 +511,7 @@ impl StatsRecorder {
             block_cache_hits: self.block_cache_hits.load(Ordering::Relaxed),
             block_cache_misses: self.block_cache_misses.load(Ordering::Relaxed),
             pm_persistence: self.pm_persistence.get().cloned(),
+            design: Vec::new(),
         }
     }
 }

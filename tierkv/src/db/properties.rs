@@ -73,12 +73,11 @@ impl Inner {
 
     /// The stats with every region's level shape now.
     pub(super) fn stats_snapshot(&self) -> Stats {
-        let shapes: Vec<Vec<LevelShape>> = self
-            .versions
-            .current_all()
-            .iter()
-            .map(|v| v.shape())
-            .collect();
-        self.stats.snapshot_regions(shapes)
+        let versions = self.versions.current_all();
+        let shapes: Vec<Vec<LevelShape>> = versions.iter().map(|v| v.shape()).collect();
+        Stats {
+            design: self.design.stats(&versions),
+            ..self.stats.snapshot_regions(shapes)
+        }
     }
 }

@@ -1,3 +1,4 @@
+// NOTE FROM THE LEAD: read /work/wt/tlsm/NOTE-FROM-LEAD.md (the seam changed on main; merge main). Delete this line and that file; never commit them.
 //! The design seam (DESIGN.md §2): a design is a flush target, a picker, a
 //! job runner and a write controller, plus the PM it owns. The engine
 //! (`db/`) knows only this trait; each preset lives in its own module or
@@ -50,6 +51,11 @@
 //!   `TableContext::pm_run_refs`); the design returns further runs it can
 //!   free now — shared runs it counts by reference itself, e.g. a buffer
 //!   referenced by thousands of skip lists, too many to list per table.
+//! * **[`Design::stats`]**: named figures the design measures beside the
+//!   engine's (e.g. PM space amplification of shared buffers), given every
+//!   region's current version; shown in `Stats::design` and under
+//!   "** Design **" in `tierkv.stats`. It must be cheap (it runs at every
+//!   `Db::stats`) and must not block on background work. The default: none.
 //! * **[`Design::log`]**, a design-owned log: `None` (the default) gives
 //!   the engine's WAL (on PM when the PM tier holds it, else on SSD). A
 //!   design whose flush target *is* the log (NV-Cache's NVTable) returns a
@@ -402,6 +408,13 @@ pub trait Design: Send + Sync {
     fn release(&self, meta: &TableMeta) -> Result<Vec<PageRun>> {
         let _ = meta;
         Ok(Vec::new())
+    }
+
+    /// Named figures the design reports beside the engine's stats (module
+    /// doc). The default: none.
+    fn stats(&self, versions: &[Arc<Version>]) -> Vec<(String, String)> {
+        let _ = versions;
+        Vec::new()
     }
 
     /// The design's own log, if its flush target is the log (module doc).
