@@ -152,6 +152,10 @@ struct BenchArgs {
     /// every engine.
     #[arg(long = "wal_bytes_per_sync", default_value_t = 0)]
     wal_bytes_per_sync: u64,
+    /// tierkv's pacing write controller (1, the default) or none (0): for
+    /// comparison; the knob `pace=0|1` sets it per configuration.
+    #[arg(long = "write_pacing", num_args = 0..=1, default_value = "1", default_missing_value = "1", value_parser = parse_flag)]
+    write_pacing: bool,
     /// Request distribution of random workloads: uniform | zipfian | latest.
     #[arg(long = "distribution")]
     distribution: Option<String>,
@@ -278,6 +282,7 @@ fn plan_from(args: &BenchArgs, configs: Vec<Config>, default_scale: Scale) -> Re
         direct_io: args.use_direct_io_for_flush_and_compaction,
         bytes_per_sync: args.bytes_per_sync,
         wal_bytes_per_sync: args.wal_bytes_per_sync,
+        write_pacing: args.write_pacing,
         vlsm_sst_size_bytes: args.vlsm_sst_size,
         vlsm_memtable_size_bytes: args.vlsm_memtable_size,
         vlsm_phi: args.vlsm_phi,

@@ -151,6 +151,12 @@ pub struct Options {
     pub pending_compaction_bytes_hard: u64,
     /// Write rate allowed while slowed down (`delayed_write_rate`).
     pub delayed_write_rate_bytes_per_sec: u64,
+    /// Pace writers to the rate background work frees room (memtables, the
+    /// design's flush target or L0), with short per-write delays, before
+    /// room runs out (db/control.rs). Off: writers run at full speed until
+    /// the design stops them (the designs' triggers stay the backstop
+    /// either way).
+    pub write_pacing: bool,
     /// Background threads for flushes and compactions (`max_background_jobs`).
     pub background_threads: usize,
     /// Block cache budget in bytes.
@@ -273,6 +279,7 @@ impl Default for Options {
             pending_compaction_bytes_soft: 64 << 30,
             pending_compaction_bytes_hard: 256 << 30,
             delayed_write_rate_bytes_per_sec: 16 << 20,
+            write_pacing: true,
             background_threads: 2,
             block_cache_bytes: 8 << 20,
             block_size_bytes: 4096,

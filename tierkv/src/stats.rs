@@ -133,6 +133,8 @@ pub struct BytesWritten {
     pub pm_relinked: u64,
     /// MANIFEST bytes.
     pub manifest: u64,
+    /// PM bytes of the page allocator's metadata (superblock, bitmap).
+    pub pm_metadata: u64,
 }
 
 impl BytesWritten {
@@ -140,10 +142,10 @@ impl BytesWritten {
     pub fn ssd_total(&self) -> u64 {
         self.wal_ssd + self.flush_ssd + self.compaction_ssd.iter().sum::<u64>() + self.manifest
     }
-    /// Bytes of data written to the PM tier (WAL, flushes and compactions;
-    /// relinks excluded).
+    /// Bytes written to the PM tier but relinks: WAL, flushes,
+    /// compactions and the allocator's metadata.
     pub fn pm_written(&self) -> u64 {
-        self.wal_pm + self.flush_pm + self.compaction_pm
+        self.wal_pm + self.flush_pm + self.compaction_pm + self.pm_metadata
     }
     /// Everything written to the PM tier: data and relinks.
     pub fn pm_total(&self) -> u64 {
@@ -182,6 +184,10 @@ pub struct Stats {
     /// How the PM tier persists (`Persistence::describe`, e.g.
     /// `memory-file (clwb + sfence)`); `None` without a PM tier.
     pub pm_persistence: Option<String>,
+    /// Writes the pacing controller paused (db/control.rs).
+    pub paced_writes: u64,
+    /// Time those pauses took in all.
+    pub paced_time: Duration,
     /// Figures the design reports (`Design::stats`), by name, in its order.
     pub design: Vec<(String, String)>,
 }
@@ -315,6 +321,12 @@ impl Stats {
                 d.as_secs_f64()
             );
         }
+        let _ = writeln!(
+            s,
+            "paced: {} pauses, {:.3} s",
+            self.paced_writes,
+            self.paced_time.as_secs_f64()
+        );
         let _ = writeln!(s, "\n** Flushes and compactions **");
         let flushed: u64 = self.flushes.iter().map(|f| f.output_bytes).sum();
         let flush_s: f64 = self.flushes.iter().map(|f| f.duration.as_secs_f64()).sum();
@@ -374,6 +386,8 @@ pub struct StatsRecorder {
     pub block_cache_misses: AtomicU64,
     /// How the PM tier persists (set once at open).
     pub pm_persistence: std::sync::OnceLock<String>,
+    /// Pauses of the pacing controller: count and total nanoseconds.
+    paused: (AtomicU64, AtomicU64),
     log: Mutex<Log>,
 }
 
@@ -402,6 +416,7 @@ impl StatsRecorder {
             block_cache_hits: AtomicU64::new(0),
             block_cache_misses: AtomicU64::new(0),
             pm_persistence: std::sync::OnceLock::new(),
+            paused: (AtomicU64::new(0), AtomicU64::new(0)),
             log: Mutex::new(Log::default()),
         }
     }
@@ -414,6 +429,15 @@ impl StatsRecorder {
     /// Adds to one of the written-bytes counters.
     pub fn add_written(&self, f: impl FnOnce(&mut BytesWritten)) {
         f(&mut self.log.lock().written);
+    }
+
+    /// Records a pause of the pacing controller that started at `start`
+    /// and ended now (counted, not listed: there may be millions).
+    pub fn record_pause(&self, start: Instant) {
+        self.paused.0.fetch_add(1, Ordering::Relaxed);
+        self.paused
+            .1
+            .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
     }
 
     /// Records a stall that started at `start` and ended now.
@@ -511,6 +535,8 @@ impl StatsRecorder {
             block_cache_hits: self.block_cache_hits.load(Ordering::Relaxed),
             block_cache_misses: self.block_cache_misses.load(Ordering::Relaxed),
             pm_persistence: self.pm_persistence.get().cloned(),
+            paced_writes: self.paused.0.load(Ordering::Relaxed),
+            paced_time: Duration::from_nanos(self.paused.1.load(Ordering::Relaxed)),
             design: Vec::new(),
         }
     }

@@ -278,6 +278,8 @@ pub struct EngineSetup {
     pub bytes_per_sync: u64,
     /// The same for a WAL on SSD (RocksDB's `wal_bytes_per_sync`); 0: never.
     pub wal_bytes_per_sync: u64,
+    /// tierkv: the pacing write controller (`Options::write_pacing`).
+    pub write_pacing: bool,
     /// Inject one stall of this many milliseconds after this many writes
     /// (fake engine only; tests of the open-loop scheduler).
     pub fake_stall: Option<(u64, u64)>,
@@ -316,6 +318,7 @@ impl EngineSetup {
             direct_io: false,
             bytes_per_sync: 0,
             wal_bytes_per_sync: 0,
+            write_pacing: true,
             fake_stall: None,
             vlsm_sst_size_bytes: None,
             vlsm_memtable_size_bytes: None,

@@ -48,6 +48,7 @@ pub fn options_for(preset: Preset, setup: &EngineSetup) -> Options {
         use_direct_io_for_flush_and_compaction: setup.direct_io,
         bytes_per_sync: setup.bytes_per_sync,
         wal_bytes_per_sync: setup.wal_bytes_per_sync,
+        write_pacing: setup.write_pacing,
         ..Options::default()
     };
     if preset.needs_pm() {
@@ -109,6 +110,8 @@ pub enum Knob {
     /// `k=`: the PM designs' collector (and side-merge) threads (default
     /// min(8, background threads)).
     Collectors(u64),
+    /// `pace=0|1`: the pacing write controller off or on.
+    Pacing(bool),
 }
 
 /// Parses the knobs after the preset: `vlsm/mem=8m/phi=16` → `[Memtable(8 MiB),
@@ -143,6 +146,12 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
             "hints" if n <= 1 => Knob::Hints(n == 1),
             "limit" => Knob::ContainerLimit(n),
             "k" if n >= 1 => Knob::Collectors(n),
+            "pace" if n <= 1 => Knob::Pacing(n == 1),
+            "pace" => {
+                return Err(Error::Usage(format!(
+                    "knob `{part}` of `{spec}`: pace is 0 or 1"
+                )))
+            }
             "k" => {
                 return Err(Error::Usage(format!(
                     "knob `{part}` of `{spec}`: k is at least 1"
@@ -155,7 +164,7 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
             }
             _ => {
                 return Err(Error::Usage(format!(
-                    "unknown knob `{name}` in `{spec}`; knobs: mem, sst, phi, f, l0, batch, l1, regions, hints, limit, k"
+                    "unknown knob `{name}` in `{spec}`; knobs: mem, sst, phi, f, l0, batch, l1, regions, hints, limit, k, pace"
                 )))
             }
         });
@@ -182,7 +191,8 @@ pub fn options_for_spec(preset: Preset, spec: &str, setup: &EngineSetup) -> Resu
             | Knob::L1Size(_)
             | Knob::Hints(_)
             | Knob::ContainerLimit(_)
-            | Knob::Collectors(_) => {}
+            | Knob::Collectors(_)
+            | Knob::Pacing(_) => {}
         }
     }
     let mut o = options_for(preset, &s);
@@ -195,6 +205,7 @@ pub fn options_for_spec(preset: Preset, spec: &str, setup: &EngineSetup) -> Resu
             Knob::Hints(on) => o.pm_hints = on,
             Knob::ContainerLimit(n) => o.pm_container_limit_bytes = n,
             Knob::Collectors(n) => o.pm_collector_threads = n as usize,
+            Knob::Pacing(on) => o.write_pacing = on,
             _ => {}
         }
     }

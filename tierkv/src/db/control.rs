@@ -13,14 +13,65 @@
 //! * **Stop**: the leader waits for background work (condition variable,
 //!   re-checked every 100 ms). One stop is recorded as one stall interval
 //!   however many waits it takes ([`StopEpisode`]).
+//! * **Pacing** ([`Pacer`], `Options::write_pacing`): before room runs
+//!   out, writers are slowed to the rate background work frees it, with
+//!   short per-write delays, so that a stop (a wait for a whole flush or
+//!   compaction, often hundreds of milliseconds) does not happen at all.
 //!
-//! Concurrency: [`WriteController`] lives in the engine's `state` mutex;
-//! [`RateMeter`] is lock-free.
+//! # The pacing law
+//!
+//! The pacer watches two resources, each as *headroom* `H` in user bytes
+//! the write path may still admit before a stop: the memtables (budget
+//! minus what they hold, converted to user bytes with the mutable
+//! memtable's ratio), and the design's bounded resource
+//! ([`Design::headroom`](crate::design::Design::headroom): free PM for the
+//! PM containers, L0 files for `classic` and `vlsm`). Every
+//! [`SAMPLE_EVERY`] (on the next write after it) it reads each `H` and the
+//! user bytes admitted `A`, and estimates the resource's *drain rate*
+//!
+//! ```text
+//!   D ← D + α·((ΔA + ΔH)/Δt − D),   α = 1 − exp(−Δt / DRAIN_TAU)
+//! ```
+//!
+//! (writes consume `H` at the rate they are admitted, so `ΔA + ΔH` is what
+//! background work freed), then allows each resource
+//!
+//! ```text
+//!   R = max(D + (H − reserve) / HORIZON, MIN_RATE),
+//!   reserve = step + RESERVE · capacity
+//! ```
+//!
+//! and paces writes at the smallest `R` through a token bucket. Far from a
+//! stop `R` is far above any write rate and costs nothing; as `H` falls
+//! toward the reserve, `R` falls toward `D`, so writers settle at the drain
+//! rate with `H` near the reserve instead of running into the stop; below
+//! the reserve `R < D` and the headroom is rebuilt.
+//!
+//! The constants: [`DRAIN_TAU`] = 1 s averages over the bursts in which
+//! background work frees room (a flush frees a whole memtable at its end,
+//! a PM side a whole key range) while following changes of the drain rate
+//! within a second or two; [`HORIZON`] = 0.5 s spends the headroom above
+//! the reserve over half a second (a shorter horizon waits longer before
+//! slowing down and then brakes harder; a longer one slows writers while
+//! room is still plentiful); the reserve is the largest step one event
+//! takes at once (`Headroom::step_bytes`: a memtable switch reserving a
+//! whole row of PM, a flush adding an L0 file) plus [`RESERVE`] = 10% of
+//! the resource, which keeps the equilibrium away from the stop so that a
+//! drain slower than estimated costs a slower write rate, not a stop. The token bucket lets a writer
+//! run up to [`CREDIT`] ahead and sleeps only once it owes at least
+//! [`MIN_PAUSE`]: a pause is the write's own cost at the paced rate plus
+//! at most that much accumulated debt (tens of microseconds for a 4 KiB
+//! write at hundreds of MB/s), and the sleeps' overshoot is not lost. The designs' own
+//! triggers (RocksDB's L0 and pending-bytes triggers for `classic`, PM full
+//! for the containers, the memtable limit for all) stay as the backstop.
+//!
+//! Concurrency: [`WriteController`] and [`Pacer`] live in the engine's
+//! `state` mutex; [`RateMeter`] is lock-free.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::design::WriteControl;
+use crate::design::{Headroom, WriteControl};
 use crate::stats::{StallCause, StatsRecorder};
 
 use super::{Inner, State};
@@ -106,6 +157,117 @@ impl WriteController {
         let wait = Duration::from_secs_f64(bytes as f64 / self.rate_bytes_per_sec);
         self.delay_next = Some(next + wait);
         next - now
+    }
+}
+
+/// How often the pacer samples the headroom (at most).
+pub(super) const SAMPLE_EVERY: Duration = Duration::from_millis(10);
+/// Time constant of the drain-rate average, seconds.
+pub(super) const DRAIN_TAU: f64 = 1.0;
+/// Headroom above the reserve is spent over this many seconds.
+pub(super) const HORIZON: f64 = 0.5;
+/// The reserve, as a fraction of the resource's capacity.
+pub(super) const RESERVE: f64 = 0.1;
+/// The pacer never asks for less than this (user bytes per second).
+pub(super) const MIN_RATE: f64 = 1048576.0;
+/// How far a writer may run ahead of the token bucket.
+pub(super) const CREDIT: Duration = Duration::from_millis(1);
+/// Writers sleep only once they owe at least this long.
+pub(super) const MIN_PAUSE: Duration = Duration::from_micros(200);
+
+/// One resource the pacer watches.
+#[derive(Debug, Default, Clone, Copy)]
+struct Gauge {
+    /// Headroom (user bytes), admitted user bytes and time at the last
+    /// sample.
+    last: Option<(f64, u64, Instant)>,
+    /// Estimated drain rate, user bytes per second.
+    drain: f64,
+}
+
+impl Gauge {
+    /// Takes a reading; returns the rate this resource allows.
+    fn read(&mut self, h: Headroom, admitted: u64, now: Instant) -> f64 {
+        let free = h.free_bytes as f64;
+        if let Some((last_free, last_admitted, t)) = self.last {
+            let dt = now.saturating_duration_since(t).as_secs_f64();
+            if dt > 0.0 {
+                let freed = admitted.saturating_sub(last_admitted) as f64 + (free - last_free);
+                let alpha = 1.0 - (-dt / DRAIN_TAU).exp();
+                self.drain += alpha * ((freed / dt).max(0.0) - self.drain);
+            }
+        }
+        self.last = Some((free, admitted, now));
+        let reserve = h.step_bytes as f64 + RESERVE * h.capacity_bytes as f64;
+        (self.drain + (free - reserve) / HORIZON).max(MIN_RATE)
+    }
+}
+
+/// The pacing controller (module doc). Guarded by the `state` mutex.
+#[derive(Debug)]
+pub(super) struct Pacer {
+    /// The memtables and the design's resource.
+    gauges: [Gauge; 2],
+    /// The paced rate, user bytes per second (infinite: nothing to pace).
+    rate_bytes_per_sec: f64,
+    /// When the token bucket lets the next write go.
+    next: Option<Instant>,
+    last_sample: Option<Instant>,
+}
+
+impl Pacer {
+    pub(super) fn new() -> Pacer {
+        Pacer {
+            gauges: [Gauge::default(); 2],
+            rate_bytes_per_sec: f64::INFINITY,
+            next: None,
+            last_sample: None,
+        }
+    }
+
+    /// True if a sample is due.
+    pub(super) fn due(&self, now: Instant) -> bool {
+        self.last_sample
+            .is_none_or(|t| now.saturating_duration_since(t) >= SAMPLE_EVERY)
+    }
+
+    /// Takes a reading of the memtables' and the design's headroom (`None`:
+    /// no such resource) with `admitted` user bytes so far.
+    pub(super) fn sample(&mut self, now: Instant, admitted: u64, readings: [Option<Headroom>; 2]) {
+        self.last_sample = Some(now);
+        let mut rate = f64::INFINITY;
+        for (g, r) in self.gauges.iter_mut().zip(readings) {
+            match r {
+                Some(h) => rate = rate.min(g.read(h, admitted, now)),
+                None => *g = Gauge::default(),
+            }
+        }
+        self.rate_bytes_per_sec = rate;
+    }
+
+    /// The paced rate now, user bytes per second.
+    #[cfg(test)]
+    fn rate(&self) -> f64 {
+        self.rate_bytes_per_sec
+    }
+
+    /// Charges a write of `bytes` to the token bucket; returns how long
+    /// the writer must pause first (zero unless it owes [`MIN_PAUSE`]).
+    pub(super) fn pause_for(&mut self, bytes: usize, now: Instant) -> Duration {
+        if !self.rate_bytes_per_sec.is_finite() {
+            self.next = None;
+            return Duration::ZERO;
+        }
+        let earliest = now.checked_sub(CREDIT).unwrap_or(now);
+        let start = self.next.map_or(now, |n| n.max(earliest));
+        let end = start + Duration::from_secs_f64(bytes as f64 / self.rate_bytes_per_sec);
+        self.next = Some(end);
+        let owed = end.saturating_duration_since(now);
+        if owed >= MIN_PAUSE {
+            owed
+        } else {
+            Duration::ZERO
+        }
     }
 }
 
@@ -242,6 +404,24 @@ impl Inner {
         (verdict, debt)
     }
 
+    /// Samples the pacer when due: the memtables' headroom and the
+    /// design's (the tightest region's). REQUIRES: `state` locked.
+    pub(super) fn sample_pacer(&self, st: &mut State, now: Instant) {
+        if !st.pacer.due(now) {
+            return;
+        }
+        let mem = st.mem.headroom(&self.opts);
+        let design = self
+            .versions
+            .current_all()
+            .iter()
+            .zip(&st.mem.regions)
+            .filter_map(|(v, r)| self.design.headroom(v, r.imms.len()))
+            .min_by_key(|h| h.free_bytes);
+        let admitted = self.stats.user_bytes.load(Ordering::Relaxed);
+        st.pacer.sample(now, admitted, [Some(mem), design]);
+    }
+
     /// The design's verdict for the current versions and memtable backlog,
     /// computed once per change of either (or of the design's epoch), not
     /// once per write; the delayed write rate follows each new verdict.
@@ -328,6 +508,80 @@ mod tests {
         let t = Instant::now();
         assert_eq!(c.delay_for(0, t), Duration::ZERO);
         assert!(c.delay_for(1 << 20, t) == Duration::ZERO && c.delay_for(1, t) > Duration::ZERO);
+    }
+
+    #[test]
+    fn the_pacer_settles_at_the_drain_rate_above_the_reserve() {
+        // A resource of 100 MB freed at 50 MB/s by background work, filled
+        // by a writer that wants 200 MB/s but goes at the paced rate.
+        let mut p = Pacer::new();
+        let cap: f64 = 100e6;
+        let mut free: f64 = cap;
+        let mut admitted = 0u64;
+        let t0 = Instant::now();
+        let dt = 0.01;
+        let mut rates = Vec::new();
+        for i in 0..1000 {
+            let now = t0 + Duration::from_secs_f64(i as f64 * dt);
+            let h = Headroom {
+                free_bytes: free.max(0.0) as u64,
+                capacity_bytes: cap as u64,
+                step_bytes: 0,
+            };
+            p.sample(now, admitted, [None, Some(h)]);
+            let w = p.rate().min(200e6) * dt;
+            admitted += w as u64;
+            free = (free - w + 50e6 * dt).min(cap);
+            rates.push(p.rate());
+            assert!(free > 0.0, "the pacer let the resource run out at step {i}");
+        }
+        // After ten seconds: writes at the drain rate, headroom near the
+        // reserve.
+        let last = rates[rates.len() - 1];
+        assert!((last - 50e6).abs() < 5e6, "rate {last}");
+        assert!((free - RESERVE * cap).abs() < 0.05 * cap, "free {free}");
+        // Far from the stop the pacer does not slow anyone.
+        let mut q = Pacer::new();
+        q.sample(
+            t0,
+            0,
+            [
+                Some(Headroom {
+                    free_bytes: 1 << 40,
+                    capacity_bytes: 1 << 40,
+                    step_bytes: 0,
+                }),
+                None,
+            ],
+        );
+        assert_eq!(q.pause_for(4096, t0), Duration::ZERO);
+    }
+
+    #[test]
+    fn paced_writes_pause_in_short_steps_and_keep_their_credit() {
+        let mut p = Pacer::new();
+        let t0 = Instant::now();
+        let h = Headroom {
+            free_bytes: 0,
+            capacity_bytes: 10 << 20,
+            step_bytes: 1 << 20,
+        };
+        p.sample(t0, 0, [Some(h), None]);
+        assert_eq!(p.rate(), MIN_RATE);
+        // 1 MiB/s: a 100-byte write owes ~95 µs, under MIN_PAUSE; the
+        // debt accumulates until it is worth a sleep, never above a few.
+        let mut paused = Duration::ZERO;
+        let mut n = 0;
+        for _ in 0..100 {
+            let d = p.pause_for(100, t0);
+            if !d.is_zero() {
+                assert!(d >= MIN_PAUSE && d < Duration::from_millis(11));
+                n += 1;
+            }
+            paused = paused.max(d);
+        }
+        assert!(n > 0 && paused > Duration::ZERO);
+        assert_eq!(p.pause_for(0, t0 + Duration::from_secs(60)), Duration::ZERO);
     }
 
     #[test]

@@ -75,9 +75,11 @@ impl Inner {
     pub(super) fn stats_snapshot(&self) -> Stats {
         let versions = self.versions.current_all();
         let shapes: Vec<Vec<LevelShape>> = versions.iter().map(|v| v.shape()).collect();
-        Stats {
-            design: self.design.stats(&versions),
-            ..self.stats.snapshot_regions(shapes)
+        let mut s = self.stats.snapshot_regions(shapes);
+        if let Some(pm) = &self.pm {
+            s.written.pm_metadata = pm.allocator().bytes_written();
         }
+        s.design = self.design.stats(&versions);
+        s
     }
 }

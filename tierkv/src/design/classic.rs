@@ -25,7 +25,7 @@ use crate::stats::StallCause;
 use crate::version::{TableHandle, Version};
 
 use super::leveled::{self, flush_to_l0_sst, run_merge, user_range};
-use super::{Design, JobEnv, JobOutput, PickContext, Task, TaskKind, WriteControl};
+use super::{Design, Headroom, JobEnv, JobOutput, PickContext, Task, TaskKind, WriteControl};
 
 /// The shape parameters the picker and write controller read.
 #[derive(Debug, Clone)]
@@ -36,8 +36,20 @@ pub struct Classic {
     l1_size_bytes: u64,
     level_size_multiplier: u64,
     sst_size_bytes: u64,
+    memtable_size_bytes: u64,
     pending_soft_bytes: u64,
     pending_hard_bytes: u64,
+}
+
+/// Room before an L0 file count reaches `limit`, in user bytes (a
+/// memtable's worth per L0 file): the headroom of designs whose writes
+/// slow down or stop on L0 files.
+pub fn l0_headroom(files: usize, limit: usize, memtable_size_bytes: u64) -> Headroom {
+    Headroom {
+        free_bytes: limit.saturating_sub(files) as u64 * memtable_size_bytes,
+        capacity_bytes: limit as u64 * memtable_size_bytes,
+        step_bytes: memtable_size_bytes,
+    }
 }
 
 impl Classic {
@@ -50,6 +62,7 @@ impl Classic {
             l1_size_bytes: opts.l1_size_bytes,
             level_size_multiplier: opts.level_size_multiplier,
             sst_size_bytes: opts.sst_size_bytes,
+            memtable_size_bytes: opts.memtable_size_bytes as u64,
             pending_soft_bytes: opts.pending_compaction_bytes_soft,
             pending_hard_bytes: opts.pending_compaction_bytes_hard,
         }
@@ -166,6 +179,14 @@ impl Design for Classic {
         } else {
             WriteControl::Proceed
         }
+    }
+
+    fn headroom(&self, v: &Version, _immutable_count: usize) -> Option<Headroom> {
+        Some(l0_headroom(
+            v.levels[0].len(),
+            self.l0_slowdown_trigger,
+            self.memtable_size_bytes,
+        ))
     }
 
     fn debt(&self, v: &Version) -> u64 {

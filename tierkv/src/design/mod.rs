@@ -29,7 +29,10 @@
 //!   design-defined plan ([`Task::plan`]) from the picker to the job.
 //! * **[`Design::run`]** executes a task and returns its [`JobOutput`].
 //! * **[`Design::write_control`]** says whether writes proceed, are
-//!   delayed or stop, given the version and the memtable backlog.
+//!   delayed or stop, given the version and the memtable backlog;
+//!   **[`Design::headroom`]** says how much room is left before it stops
+//!   them, so the engine's pacing controller (db/control.rs) can slow
+//!   writers to the drain rate before the stop instead of after.
 //! * **[`Design::install`]** registers, before recovery reads any table,
 //!   how the design's PM tables are opened and read (`TableContext`).
 //! * **[`Design::recover`]**, the recovery hook: called once at open after
@@ -40,10 +43,10 @@
 //!   idempotent: a crash before its edits are durable repeats it.
 //! * **[`Design::live_pm_runs`]**: PM the design owns beyond the page runs
 //!   its tables list in `meta.pm_pages` (an arena being filled, buffers
-//!   kept between merges, the slot page of an in-flight job). The engine
-//!   counts them live when it rebuilds the allocator at open
-//!   (`PmTier::reconcile`); every page neither a table, a live WAL nor
-//!   this list names is freed.
+//!   kept between merges, the slot page of an in-flight job, the logs the
+//!   MANIFEST lists for a design-owned log). The engine counts them live
+//!   when it rebuilds the allocator at open (`PmTier::reconcile`); every
+//!   page neither a table, an engine PM WAL nor this list names is freed.
 //! * **[`Design::release`]**: told when a PM table no version references
 //!   any more is released (after the edit removing it is durable and its
 //!   last handle is gone). The engine frees the runs the handle was the
@@ -60,11 +63,18 @@
 //!   the engine's WAL (on PM when the PM tier holds it, else on SSD). A
 //!   design whose flush target *is* the log (NV-Cache's NVTable) returns a
 //!   [`DesignLog`]: the engine appends each committed group to it before
-//!   the memtable insert, creates a new one at each memtable switch
-//!   (recording the edit it returns), and never replays or deletes it —
-//!   the design's `flush` adopts the log of the memtable it flushes
-//!   (`MemTable::log_number`), and its `recover` adopts what a crash left.
-//!
+//!   the memtable insert, creates a new one at each memtable switch, and
+//!   records each in the MANIFEST's list of logs in PM
+//!   (`VersionEdit::new_pm_wals`, with the design's locator in
+//!   `first_extent`) before its first record. A flush retires the logs
+//!   below its bound from that list (`deleted_pm_wals`), exactly as for the
+//!   engine's PM WAL — list updates are set operations the version set
+//!   applies in order, so a switch racing a flush cannot lose a log. But
+//!   the engine never walks, replays or frees a design's log: the design's
+//!   `flush` adopts the log of the memtable it flushes
+//!   (`MemTable::log_number`; e.g. its pages become the new table's
+//!   `pm_pages`), its `recover` adopts the logs a crash left listed, and
+//!   its `live_pm_runs` declares the pages of the listed logs.
 //! # Rules every design keeps
 //!
 //! 1. A table's metadata never changes under its id: a PM table that grows
@@ -97,7 +107,7 @@ use crate::options::{Options, Preset};
 use crate::stats::StallCause;
 use crate::storage::alloc::PageRun;
 use crate::storage::pm::PmTier;
-use crate::version::edit::{TableMeta, VersionEdit};
+use crate::version::edit::{PmWal, TableMeta, VersionEdit};
 use crate::version::{TableContext, TableHandle, Version};
 use crate::wal::LogWriter;
 
@@ -289,6 +299,23 @@ impl<'a> PickContext<'a> {
     }
 }
 
+/// Room left before the design's write controller stops writes, for the
+/// engine's pacing controller (db/control.rs): both in bytes of user data
+/// (the design converts from its own resource: free PM, L0 files, …).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Headroom {
+    /// User bytes the write path may still admit, at the current version
+    /// and memtable backlog, before `write_control` says `Stop`.
+    pub free_bytes: u64,
+    /// The same with the resource empty (a scale for the pacer's reserve).
+    pub capacity_bytes: u64,
+    /// The largest drop of `free_bytes` one event causes at once (a
+    /// memtable switch or a flush taking a whole row or L0 file): the
+    /// pacer keeps this much in reserve, so such a step never reaches the
+    /// stop.
+    pub step_bytes: u64,
+}
+
 /// The write controller's verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WriteControl {
@@ -302,10 +329,11 @@ pub enum WriteControl {
 
 /// A log owned by a design (see the module doc).
 pub trait DesignLog: Send + Sync {
-    /// Starts log `number` for a new memtable. Returns its writer and the
-    /// edit that records it; the engine applies the edit (durably) before
-    /// the first record is appended.
-    fn create(&self, number: u64) -> Result<(Box<dyn LogWriter>, VersionEdit)>;
+    /// Starts log `number` for a new memtable. Returns its writer and a
+    /// locator (e.g. the PM offset of its header) that the engine records
+    /// durably with the number (`PmWal { log_number, first_extent:
+    /// locator }`) before the first record is appended.
+    fn create(&self, number: u64) -> Result<(Box<dyn LogWriter>, u64)>;
 }
 
 /// A design preset plugged into the engine.
@@ -350,6 +378,15 @@ pub trait Design: Send + Sync {
     /// Whether writes may proceed given the version and the number of
     /// immutable memtables waiting to be flushed.
     fn write_control(&self, v: &Version, immutable_count: usize) -> WriteControl;
+
+    /// Room left before [`Design::write_control`] stops writes (the pacing
+    /// controller slows writers to the rate background work frees it as it
+    /// runs low). `None` (the default): no bounded resource besides the
+    /// memtables, which the engine watches itself.
+    fn headroom(&self, v: &Version, immutable_count: usize) -> Option<Headroom> {
+        let _ = (v, immutable_count);
+        None
+    }
 
     /// A number that changes whenever [`Design::write_control`] may answer
     /// differently for the same versions and memtable backlog (the engine
@@ -397,10 +434,11 @@ pub trait Design: Send + Sync {
     }
 
     /// PM runs the design's live structures use beyond its tables'
-    /// `pm_pages` (module doc), given every region's current version.
-    /// The default: none.
-    fn live_pm_runs(&self, versions: &[Arc<Version>]) -> Result<Vec<PageRun>> {
-        let _ = versions;
+    /// `pm_pages` (module doc), given every region's current version and
+    /// the logs in PM the MANIFEST lists (with a design-owned log: its
+    /// logs, by number and locator). The default: none.
+    fn live_pm_runs(&self, versions: &[Arc<Version>], logs: &[PmWal]) -> Result<Vec<PageRun>> {
+        let _ = (versions, logs);
         Ok(Vec::new())
     }
 
@@ -435,6 +473,12 @@ pub trait Design: Send + Sync {
         task.input_bytes()
     }
 }
+
+/// Builds a design from the options and the PM tier (if any): how
+/// `Db::open_with_design` plugs in a design that is not one of the presets
+/// (a test's toy design, an experiment).
+pub type DesignFactory =
+    dyn Fn(&Options, Option<Arc<PmTier>>) -> Result<Arc<dyn Design>> + Send + Sync;
 
 /// Builds the design named by `opts.design`, or refuses it at open. PM
 /// designs get the PM tier (region and page allocator) here.

@@ -91,7 +91,7 @@ use crate::version::edit::VersionEdit;
 use crate::version::{LevelIterator, TableHandle, Version};
 
 use super::leveled::{self, overlaps_any, run_merge, sorted_by_key, user_range};
-use super::{Design, JobOutput, PickContext, Task, TaskKind, WriteControl};
+use super::{Design, Headroom, JobOutput, PickContext, Task, TaskKind, WriteControl};
 
 /// The vLSM design: its shape parameters.
 #[derive(Debug, Clone)]
@@ -635,6 +635,15 @@ impl Design for Vlsm {
         } else {
             WriteControl::Proceed
         }
+    }
+
+    fn headroom(&self, v: &Version, _immutable_count: usize) -> Option<Headroom> {
+        // A full L0 queue holds flushes back: room is the queue's free SSTs.
+        Some(super::classic::l0_headroom(
+            v.levels[0].len(),
+            self.l0_max_ssts,
+            self.sst_size_bytes,
+        ))
     }
 
     fn flush_blocked(&self, v: &Version) -> Option<StallCause> {

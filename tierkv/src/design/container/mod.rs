@@ -84,7 +84,9 @@ use crate::coding::{put_length_prefixed, put_varint, Reader};
 use crate::compaction::{merge_to_ssts, JobEnv, OutputSpec};
 use crate::design::classic::Classic;
 use crate::design::leveled;
-use crate::design::{Design, JobOutput, PickContext, Task, TaskKind, WriteControl, Written};
+use crate::design::{
+    Design, Headroom, JobOutput, PickContext, Task, TaskKind, WriteControl, Written,
+};
 use crate::error::{Error, Result};
 use crate::iter::{InternalIterator, MergingIterator};
 use crate::key::{self, SeqNo};
@@ -752,6 +754,25 @@ impl Container {
             WriteControl::Stop(StallCause::PmFull)
         } else {
             WriteControl::Proceed
+        }
+    }
+
+    /// Room before [`Container::write_control`] stops writes, in user
+    /// bytes: the free PM above what the stop keeps for the waiting rows
+    /// and WAL extents, halved because until its flush frees the WAL each
+    /// user byte takes PM twice (WAL record, then row).
+    pub fn headroom(&self, immutable_count: usize) -> Headroom {
+        let need =
+            immutable_count as u64 * self.cfg.row_estimate_bytes + self.cfg.wal_reserve_bytes;
+        let data_pages = {
+            let a = self.pm.allocator();
+            a.total_pages() - a.data_start_page()
+        };
+        Headroom {
+            free_bytes: self.free_bytes().saturating_sub(need) / 2,
+            capacity_bytes: (data_pages * PAGE).saturating_sub(self.cfg.wal_reserve_bytes) / 2,
+            // A memtable switch reserves a whole row at once.
+            step_bytes: self.cfg.row_estimate_bytes / 2,
         }
     }
 
@@ -1799,6 +1820,10 @@ impl<D: Drain> Design for ContainerDesign<D> {
 
     fn write_control_epoch(&self) -> u64 {
         self.c.write_control_epoch()
+    }
+
+    fn headroom(&self, _v: &Version, immutable_count: usize) -> Option<Headroom> {
+        Some(self.c.headroom(immutable_count))
     }
 
     fn install(&self, ctx: &Arc<TableContext>) {
