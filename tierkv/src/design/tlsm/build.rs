@@ -411,9 +411,11 @@ fn flush_inner(
         let h = &images[0][..head_size as usize];
         region.write(head, h)?;
         region.persist(head, h.len())?;
+        written.pm_copied += h.len() as u64;
         for &m in &markers {
             region.write(m, &format::run_marker())?;
             region.persist(m, NODE_FIXED)?;
+            written.pm_copied += NODE_FIXED as u64;
         }
         for (i, &o) in offs.iter().enumerate() {
             let r = run_of(o);
@@ -426,6 +428,7 @@ fn flush_inner(
                 let at = l.0 + (NODE_FIXED + 8 * j) as u64;
                 region.write(at, &o.to_le_bytes())?;
                 region.persist(at, 8)?;
+                written.pm_copied += 8;
                 set(&mut crc_images, l.0, l.1, j, o);
                 *l = (o, pos_in[i]);
             }
@@ -440,7 +443,7 @@ fn flush_inner(
         let at = last[0].0 + NODE_FIXED as u64;
         region.write(at, &sentinel.to_le_bytes())?;
         region.persist(at, 8)?;
-        written.pm_copied += (head_size as usize + NODE_FIXED + 8 * (1 + markers.len())) as u64;
+        written.pm_copied += (NODE_FIXED + 8) as u64;
         if faithful {
             write_buffer(region)?;
         }
@@ -999,7 +1002,7 @@ impl<'a> Outputs<'a> {
         let mut h = Vec::with_capacity(head_size as usize);
         put_node(&mut h, HEAD_MARK, MAX_HEIGHT);
         region.write(head, &h)?;
-        self.written_add(img.len() as u64 + head_size + 24);
+        self.written_add(img.len() as u64 + 16 + head_size);
         Ok(Output {
             id: header.id,
             header,
@@ -1164,7 +1167,9 @@ impl<'a> Outputs<'a> {
         let word = c.hoff + c.w.dir as u64;
         region.store_u64(word, dir_off)?;
         region.persist(word, 8)?;
-        let n = (NODE_FIXED + 8 + d.len() + 16) as u64;
+        // The level-0 link, the sentinel, the linked count, the directory
+        // and its offset.
+        let n = (8 + NODE_FIXED + 8 + d.len() + 8) as u64;
         self.written_add(n);
         c.closed = true;
         Ok(self.built(c, dir))

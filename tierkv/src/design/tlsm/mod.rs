@@ -106,7 +106,10 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::design::{Design, JobEnv, JobOutput, PickContext, Task, TaskKind, WriteControl};
+use crate::design::classic::l0_headroom;
+use crate::design::{
+    Design, Headroom, JobEnv, JobOutput, PickContext, Task, TaskKind, WriteControl,
+};
 use crate::error::{Error, Result};
 use crate::iter::InternalIterator;
 use crate::memtable::MemTable;
@@ -115,7 +118,7 @@ use crate::stats::Tier;
 use crate::storage::alloc::{PageRun, PAGE_SIZE_BYTES};
 use crate::storage::pm::PmTier;
 use crate::storage::PmRegion;
-use crate::version::edit::{TableFormat, TableMeta, VersionEdit};
+use crate::version::edit::{PmWal, TableFormat, TableMeta, VersionEdit};
 use crate::version::{TableContext, Version};
 
 use build::{FlushParams, Pages};
@@ -141,6 +144,8 @@ pub struct Config {
     pub persist_every: usize,
     /// Output list (and SST) size.
     pub sst_size_bytes: u64,
+    /// Memtable size.
+    pub memtable_bytes: u64,
     /// Upper bound of the PM one flush takes.
     pub flush_estimate_bytes: u64,
     /// PM kept for the WAL (when it lives in PM).
@@ -286,6 +291,7 @@ impl Tlsm {
                 order: t.persist_order,
                 persist_every: t.persist_every,
                 sst_size_bytes: opts.sst_size_bytes,
+                memtable_bytes: mem,
                 flush_estimate_bytes,
                 wal_reserve_bytes,
                 capacity_bytes,
@@ -577,6 +583,31 @@ impl Design for Tlsm {
         self.shape.write_control(v, free < need)
     }
 
+    fn headroom(&self, v: &Version, immutable_count: usize) -> Option<Headroom> {
+        // The tighter of the two stops: L0 lists (LevelDB's slowdown) and
+        // free PM (a flush's worth per memtable waiting), in user bytes.
+        let mem = self.cfg.memtable_bytes;
+        let l0 = l0_headroom(v.levels[0].len(), self.shape.l0_slowdown, mem);
+        let est = self.cfg.flush_estimate_bytes.max(1);
+        let free = self.pm.allocator().free_pages() * PAGE;
+        let need = immutable_count as u64 * est + self.cfg.wal_reserve_bytes;
+        let to_user = |b: u64| (u128::from(b) * u128::from(mem) / u128::from(est)) as u64;
+        let pm = Headroom {
+            free_bytes: to_user(free.saturating_sub(need)),
+            capacity_bytes: to_user(
+                self.cfg
+                    .capacity_bytes
+                    .saturating_sub(self.cfg.wal_reserve_bytes),
+            ),
+            step_bytes: mem,
+        };
+        Some(if pm.free_bytes < l0.free_bytes {
+            pm
+        } else {
+            l0
+        })
+    }
+
     fn write_control_epoch(&self) -> u64 {
         let step = (self.cfg.flush_estimate_bytes / 64).max(PAGE) / PAGE;
         self.pm.allocator().free_pages() / step
@@ -604,7 +635,8 @@ impl Design for Tlsm {
         Ok(edits)
     }
 
-    fn live_pm_runs(&self, versions: &[Arc<Version>]) -> Result<Vec<PageRun>> {
+    fn live_pm_runs(&self, versions: &[Arc<Version>], logs: &[PmWal]) -> Result<Vec<PageRun>> {
+        let _ = logs; // the engine's WAL: TLSM has no log of its own
         self.refs.clear();
         for v in versions {
             for t in v.levels.iter().flatten() {

@@ -224,6 +224,11 @@ impl Tlsm {
             runs: vec![slot_run],
         });
         let mut written = Written::default();
+        let slot_bytes = slot.bytes() as u64;
+        match mode {
+            Mode::Link => written.pm_relinked += slot_bytes,
+            Mode::Copy => written.pm_copied += slot_bytes,
+        }
         let mut merge = match (kind, layout) {
             (JobKind::CopyForward, Layout::Full) => {
                 let list = inputs
