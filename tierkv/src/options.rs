@@ -666,7 +666,8 @@ pub struct TlsmOptions {
     /// Tiering policy (default `Lru`, the paper's recommendation).
     pub policy: TlsmPolicy,
     /// `Leveled`: the deepest level kept in PM (the paper evaluates 1, 2
-    /// and 3, and finds 3 best). Below `level_count`.
+    /// and 3, and finds 3 best). Below `level_count` (checked under
+    /// `Leveled` only).
     pub level_threshold: usize,
     /// Ablation variant (default `Full`).
     pub variant: TlsmVariant,
@@ -709,7 +710,7 @@ impl TlsmOptions {
             return Ok(());
         }
         let bad = |m: String| Err(Error::InvalidOptions(m));
-        if self.level_threshold >= o.level_count {
+        if self.policy == TlsmPolicy::Leveled && self.level_threshold >= o.level_count {
             return bad(format!(
                 "`tlsm.level_threshold` = {} must be below `level_count` = {}",
                 self.level_threshold, o.level_count

@@ -722,8 +722,12 @@ impl<'a> Outputs<'a> {
         out.head = run0.first * PAGE;
         out.last = [out.head; MAX_HEIGHT];
         if !out.closed {
-            // Links are rebuilt as the prefix is replayed: start from none.
-            region.write(out.head + NODE_FIXED as u64, &[0u8; 8 * MAX_HEIGHT])?;
+            // The head again (it may never have become durable: it is
+            // persisted with the first nodes), with no links: they are
+            // rebuilt as the prefix is replayed.
+            let mut h = Vec::with_capacity(node_size(MAX_HEIGHT, 0));
+            put_node(&mut h, HEAD_MARK, MAX_HEIGHT);
+            region.write(out.head, &h)?;
         }
         // Walk the linked prefix by the layout rule.
         let mut ri = 0usize;
@@ -806,6 +810,12 @@ impl<'a> Outputs<'a> {
         out.runs.truncate(ri + 1);
         out.used.truncate(ri + 1);
         Ok(out)
+    }
+
+    /// Ids of the outputs a resume found named in the slot (fresh table
+    /// ids must not collide with them).
+    pub fn named_ids(&self) -> Vec<u64> {
+        self.pending.iter().map(|o| o.id).collect()
     }
 
     /// Bytes of the open output's entries (`None`: no output open).

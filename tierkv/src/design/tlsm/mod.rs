@@ -683,6 +683,10 @@ impl Design for Tlsm {
                 ),
             ),
             (
+                "tlsm.pm_used_bytes".into(),
+                self.cfg.capacity_bytes.saturating_sub(free).to_string(),
+            ),
+            (
                 "tlsm.lists".into(),
                 format!("{lists} in the versions, {} alive", sp.lists),
             ),

@@ -460,6 +460,11 @@ impl Tlsm {
             next_id: &next_id,
         };
         let mut o = Outputs::resume(params, &outs).map_err(|u| Error::InvalidArgument(u.0))?;
+        // Ids handed out before the crash may be above the MANIFEST's next
+        // file number: the outputs about to be made must not take them.
+        for id in o.named_ids() {
+            env.versions.mark_file_number_used(id);
+        }
         let mut cutter = GpCutter::new(rec.target_bytes, slot.grandparents.clone());
         let base = rec.drop_tombstones.then_some(Base {
             version: v,
