@@ -289,14 +289,17 @@ impl Shape {
             return None;
         };
         for (_, ids, _) in refs.worst_runs(ratio, 16) {
-            let found = ids.iter().find_map(|id| {
-                v.levels.iter().enumerate().find_map(|(l, ts)| {
-                    ts.iter()
-                        .find(|t| t.meta.id == *id && t.meta.tier == Tier::Pm)
-                        .map(|t| (l, Arc::clone(t)))
-                })
-            });
-            if let Some((l, t)) = found.filter(|(_, t)| !cx.busy.contains(&t.meta.id)) {
+            let found = ids
+                .iter()
+                .filter(|id| !cx.busy.contains(id))
+                .find_map(|id| {
+                    v.levels.iter().enumerate().find_map(|(l, ts)| {
+                        ts.iter()
+                            .find(|t| t.meta.id == *id && t.meta.tier == Tier::Pm)
+                            .map(|t| (l, Arc::clone(t)))
+                    })
+                });
+            if let Some((l, t)) = found {
                 return Some(Task::new(COPY_FORWARD, vec![(l, vec![t])], l));
             }
         }
