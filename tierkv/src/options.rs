@@ -239,6 +239,9 @@ pub struct Options {
     /// vLSM: L1's target size; `None` (the default) is the paper's
     /// f × `sst_size_bytes`. L2 is Φ × this.
     pub vlsm_l1_size_bytes: Option<u64>,
+    /// TLSM (`tlsm`): tiering policy, ablation variant, persist order and
+    /// sizes of the persistent skip lists ([`TlsmOptions`]).
+    pub tlsm: TlsmOptions,
 
     /// Split the key space into this many independent LSMs (vLSM's
     /// *regions*; the paper runs 4 to 256), 1..=256. They share one WAL and
@@ -311,6 +314,7 @@ impl Default for Options {
             vlsm_l0_max_ssts: 32,
             vlsm_l0_batch_ssts: 1,
             vlsm_l1_size_bytes: None,
+            tlsm: TlsmOptions::default(),
             regions: 1,
             region_boundaries: Vec::new(),
             fs: Arc::new(PosixFs::new()),
@@ -344,6 +348,7 @@ impl fmt::Debug for Options {
             .field("vlsm_l0_max_ssts", &self.vlsm_l0_max_ssts)
             .field("vlsm_l0_batch_ssts", &self.vlsm_l0_batch_ssts)
             .field("vlsm_l1_size_bytes", &self.vlsm_l1_size_bytes)
+            .field("tlsm", &self.tlsm)
             .field("regions", &self.regions)
             .field("region_boundaries", &self.region_boundaries.len())
             .field("block_cache_bytes", &self.block_cache_bytes)
@@ -382,6 +387,12 @@ impl Options {
         if design == Preset::Vlsm {
             o.sst_size_bytes = 8 << 20;
             o.l1_size_bytes = o.vlsm_growth_factor * o.sst_size_bytes;
+        }
+        if design == Preset::Tlsm {
+            // TLSM extends LevelDB 1.20: L0 triggers 4 / 8 / 12.
+            o.l0_compaction_trigger = 4;
+            o.l0_slowdown_trigger = 8;
+            o.l0_stop_trigger = 12;
         }
         o
     }
@@ -592,10 +603,197 @@ impl Options {
                 "`compression_per_level[{level}]` = {c}: this build of tierkv lacks the cargo feature `{c}`"
             ));
         }
+        self.tlsm.validate(self)?;
         if self.pm_collector_threads > 64 {
             return bad(format!(
                 "`pm_collector_threads` = {} must be at most 64",
                 self.pm_collector_threads
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// TLSM's tiering policy (§IV-D): where the levels' data lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsmPolicy {
+    /// Levels up to `TlsmOptions::level_threshold` are persistent skip
+    /// lists in PM, deeper levels SSTs on SSD.
+    Leveled,
+    /// Everything is a skip list in PM until PM holds
+    /// `TlsmOptions::lru_capacity_bytes`; then the longest-resident lists
+    /// (chosen by the PM they alone hold) are written to SSD as SSTs.
+    Lru,
+    /// Everything in PM (the paper's "no tiering", Full-NVM).
+    None,
+}
+
+impl TlsmPolicy {
+    /// `leveled`, `lru` or `none`.
+    pub fn name(self) -> &'static str {
+        match self {
+            TlsmPolicy::Leveled => "leveled",
+            TlsmPolicy::Lru => "lru",
+            TlsmPolicy::None => "none",
+        }
+    }
+
+    /// Parses a policy name.
+    pub fn from_name(s: &str) -> Option<TlsmPolicy> {
+        [TlsmPolicy::Leveled, TlsmPolicy::Lru, TlsmPolicy::None]
+            .into_iter()
+            .find(|p| p.name() == s)
+    }
+}
+
+/// TLSM's ablation variants (§V-C1, Fig. 5a/b).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsmVariant {
+    /// PS: persistent skip lists whose nodes hold their key and value;
+    /// compaction copies them into new nodes.
+    Ps,
+    /// PS+BAC: nodes hold their key and value; compaction links new nodes
+    /// to the entries inside the input nodes (byte-addressable compaction).
+    PsBac,
+    /// PS+BAC+PB, the full design: a flush copies the memtable into one
+    /// persistent buffer; nodes point into buffers; compaction links.
+    Full,
+}
+
+impl TlsmVariant {
+    /// `ps`, `ps_bac` or `full`.
+    pub fn name(self) -> &'static str {
+        match self {
+            TlsmVariant::Ps => "ps",
+            TlsmVariant::PsBac => "ps_bac",
+            TlsmVariant::Full => "full",
+        }
+    }
+
+    /// Parses a variant name.
+    pub fn from_name(s: &str) -> Option<TlsmVariant> {
+        [TlsmVariant::Ps, TlsmVariant::PsBac, TlsmVariant::Full]
+            .into_iter()
+            .find(|p| p.name() == s)
+    }
+}
+
+/// The order in which a TLSM flush makes its pieces durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsmPersistOrder {
+    /// Buffer first, then the node pages once, then the sentinel (the
+    /// spec's fix): a null-terminated list never points at bytes that are
+    /// not durable.
+    Sound,
+    /// Algorithm 1 as printed: every node persisted and linked one by one,
+    /// the null node, and only then the buffer copy. A crash in between
+    /// leaves a null-terminated list over a buffer that is not durable;
+    /// this engine still recovers (the MANIFEST, not the null node, commits
+    /// a flush), but a recovery that trusted the null node (Algorithm 3)
+    /// would adopt garbage.
+    Faithful,
+}
+
+impl TlsmPersistOrder {
+    /// `sound` or `faithful`.
+    pub fn name(self) -> &'static str {
+        match self {
+            TlsmPersistOrder::Sound => "sound",
+            TlsmPersistOrder::Faithful => "faithful",
+        }
+    }
+
+    /// Parses a persist-order name.
+    pub fn from_name(s: &str) -> Option<TlsmPersistOrder> {
+        [TlsmPersistOrder::Sound, TlsmPersistOrder::Faithful]
+            .into_iter()
+            .find(|p| p.name() == s)
+    }
+}
+
+/// The options of the `tlsm` design (design/tlsm/), validated at open.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TlsmOptions {
+    /// Tiering policy (default `Lru`, the paper's recommendation).
+    pub policy: TlsmPolicy,
+    /// `Leveled`: the deepest level kept in PM (the paper evaluates 1, 2
+    /// and 3, and finds 3 best). Below `level_count` (checked under
+    /// `Leveled` only).
+    pub level_threshold: usize,
+    /// Ablation variant (default `Full`).
+    pub variant: TlsmVariant,
+    /// Flush persist order (default `Sound`).
+    pub persist_order: TlsmPersistOrder,
+    /// Compaction: nodes linked per persist of the output's linked count
+    /// (default 1, as the paper: a node is durable before the list counts
+    /// it). 1..=65536.
+    pub persist_every: usize,
+    /// The PM the skip lists may fill before `Lru` evicts (and `None`
+    /// copies live entries forward): 0 = the whole PM tier. Eviction
+    /// starts at 95% of it and goes down to 85%.
+    pub lru_capacity_bytes: u64,
+    /// Copy the live entries of lists forward into a fresh buffer once a
+    /// buffer's live share falls below this (0 = off, the default). Under
+    /// `None`, a PM tier at 95% of its capacity copies forward buffers
+    /// below 90% live whatever this says.
+    pub copy_forward_live_ratio: f64,
+}
+
+impl Default for TlsmOptions {
+    fn default() -> Self {
+        TlsmOptions {
+            policy: TlsmPolicy::Lru,
+            level_threshold: 3,
+            variant: TlsmVariant::Full,
+            persist_order: TlsmPersistOrder::Sound,
+            persist_every: 1,
+            lru_capacity_bytes: 0,
+            copy_forward_live_ratio: 0.0,
+        }
+    }
+}
+
+impl TlsmOptions {
+    /// Checks the TLSM options (only when `tlsm` is the design); the error
+    /// names the option.
+    fn validate(&self, o: &Options) -> Result<()> {
+        if o.design != Preset::Tlsm {
+            return Ok(());
+        }
+        let bad = |m: String| Err(Error::InvalidOptions(m));
+        if self.policy == TlsmPolicy::Leveled && self.level_threshold >= o.level_count {
+            return bad(format!(
+                "`tlsm.level_threshold` = {} must be below `level_count` = {}",
+                self.level_threshold, o.level_count
+            ));
+        }
+        if !(1..=65536).contains(&self.persist_every) {
+            return bad(format!(
+                "`tlsm.persist_every` = {} must be between 1 and 65536",
+                self.persist_every
+            ));
+        }
+        if !(0.0..1.0).contains(&self.copy_forward_live_ratio) {
+            return bad(format!(
+                "`tlsm.copy_forward_live_ratio` = {} must be in [0, 1)",
+                self.copy_forward_live_ratio
+            ));
+        }
+        let pm = match &o.pm_region {
+            Some(r) => r.len(),
+            None => o.pm_size_bytes,
+        };
+        if self.lru_capacity_bytes > pm {
+            return bad(format!(
+                "`tlsm.lru_capacity_bytes` = {} exceeds the PM tier (`pm_size_bytes` = {pm})",
+                self.lru_capacity_bytes
+            ));
+        }
+        if o.background_threads < 2 {
+            return bad(format!(
+                "design `tlsm` needs `background_threads` >= 2 (a flush may wait for a \
+                 compaction or an eviction to free PM), got {}",
+                o.background_threads
             ));
         }
         Ok(())

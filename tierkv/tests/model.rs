@@ -49,6 +49,9 @@ struct Setup {
     ssts_per_memtable: usize,
     /// `Options::vlsm_l0_batch_ssts`.
     l0_batch: usize,
+    /// Design-specific options on top of the harness's (e.g. TLSM's
+    /// policy and variant).
+    tweak: fn(&mut Options),
 }
 
 impl Setup {
@@ -65,6 +68,7 @@ impl Setup {
             range_routing: false,
             ssts_per_memtable: 1,
             l0_batch: 1,
+            tweak: |_| {},
         }
     }
 }
@@ -224,6 +228,7 @@ impl Harness {
             o.l1_size_bytes = 1 << 20;
             o.pm_container_limit_bytes = 24 << 10;
         }
+        (self.setup.tweak)(&mut o);
         o
     }
 
@@ -568,3 +573,38 @@ model_test!(triangle_pm_wal, Preset::Triangle, pm_wal: true, seeds: &[21, 22, 23
 model_test!(matrix_pm_wal, Preset::Matrix, pm_wal: true, seeds: &[31, 32, 33, 34]);
 model_test!(triangle_regions_range, Preset::Triangle, pm_wal: true, seeds: &[25, 26], regions: 4, range_routing: true);
 model_test!(matrix_regions_hash, Preset::Matrix, pm_wal: true, seeds: &[35, 36], regions: 4);
+// TLSM: skip lists in PM, each policy and ablation variant. The model's
+// data (a few MB) fits the PM tier, so `lru` gets a small capacity to make
+// evictions happen, `leveled` a low threshold to make conversions happen,
+// and `none` a copy-forward threshold to make copy-forwards happen.
+fn tlsm_small_lists(o: &mut Options) {
+    o.l1_size_bytes = 256 << 10;
+}
+model_test!(tlsm_full_lru, Preset::Tlsm, pm_wal: true, seeds: &[61, 62, 63], tweak: |o| {
+    tlsm_small_lists(o);
+    o.tlsm.lru_capacity_bytes = 2 << 20;
+});
+model_test!(tlsm_full_leveled_ssd_wal, Preset::Tlsm, pm_wal: false, seeds: &[64, 65], tweak: |o| {
+    tlsm_small_lists(o);
+    o.tlsm.policy = tierkv::options::TlsmPolicy::Leveled;
+    o.tlsm.level_threshold = 1;
+});
+model_test!(tlsm_full_none, Preset::Tlsm, pm_wal: true, seeds: &[66, 67], tweak: |o| {
+    tlsm_small_lists(o);
+    o.tlsm.policy = tierkv::options::TlsmPolicy::None;
+    o.tlsm.copy_forward_live_ratio = 0.5;
+    o.tlsm.persist_every = 8;
+});
+model_test!(tlsm_ps_bac, Preset::Tlsm, pm_wal: true, seeds: &[68, 69], tweak: |o| {
+    tlsm_small_lists(o);
+    o.tlsm.variant = tierkv::options::TlsmVariant::PsBac;
+    o.tlsm.lru_capacity_bytes = 3 << 20;
+});
+model_test!(tlsm_ps, Preset::Tlsm, pm_wal: false, seeds: &[70, 71], tweak: |o| {
+    tlsm_small_lists(o);
+    o.tlsm.variant = tierkv::options::TlsmVariant::Ps;
+});
+model_test!(tlsm_faithful_regions, Preset::Tlsm, pm_wal: true, seeds: &[72], regions: 3, tweak: |o| {
+    tlsm_small_lists(o);
+    o.tlsm.persist_order = tierkv::options::TlsmPersistOrder::Faithful;
+});

@@ -1,3 +1,4 @@
+// NOTE FROM THE LEAD: read /work/wt/tlsm/NOTE-FROM-LEAD.md (the seam changed on main; merge main). Delete this line and that file; never commit them.
 //! The design seam (DESIGN.md §2): a design is a flush target, a picker, a
 //! job runner and a write controller, plus the PM it owns. The engine
 //! (`db/`) knows only this trait; each preset lives in its own module or
@@ -53,6 +54,11 @@
 //!   `TableContext::pm_run_refs`); the design returns further runs it can
 //!   free now — shared runs it counts by reference itself, e.g. a buffer
 //!   referenced by thousands of skip lists, too many to list per table.
+//! * **[`Design::stats`]**: named figures the design measures beside the
+//!   engine's (e.g. PM space amplification of shared buffers), given every
+//!   region's current version; shown in `Stats::design` and under
+//!   "** Design **" in `tierkv.stats`. It must be cheap (it runs at every
+//!   `Db::stats`) and must not block on background work. The default: none.
 //! * **[`Design::log`]**, a design-owned log: `None` (the default) gives
 //!   the engine's WAL (on PM when the PM tier holds it, else on SSD). A
 //!   design whose flush target *is* the log (NV-Cache's NVTable) returns a
@@ -88,6 +94,7 @@ pub mod container;
 pub mod inspect;
 pub mod leveled;
 pub mod matrix;
+pub mod tlsm;
 pub mod triangle;
 pub mod vlsm;
 
@@ -443,6 +450,13 @@ pub trait Design: Send + Sync {
         Ok(Vec::new())
     }
 
+    /// Named figures the design reports beside the engine's stats (module
+    /// doc). The default: none.
+    fn stats(&self, versions: &[Arc<Version>]) -> Vec<(String, String)> {
+        let _ = versions;
+        Vec::new()
+    }
+
     /// The design's own log, if its flush target is the log (module doc).
     /// The default: the engine's WAL.
     fn log(&self) -> Option<&dyn DesignLog> {
@@ -483,8 +497,9 @@ pub fn build(opts: &Options, pm: Option<Arc<PmTier>>) -> Result<Arc<dyn Design>>
         Preset::Triangle => Ok(Arc::new(triangle::triangle(opts, need_pm(pm)?)?)),
         Preset::Matrix => Ok(Arc::new(matrix::matrix(opts, need_pm(pm)?)?)),
         Preset::Vlsm => Ok(Arc::new(vlsm::Vlsm::new(opts))),
+        Preset::Tlsm => Ok(Arc::new(tlsm::Tlsm::new(opts, need_pm(pm)?)?)),
         other => Err(crate::Error::InvalidOptions(format!(
-            "design `{other}` is not available in this build of tierkv (available: classic, matrix, triangle, vlsm)"
+            "design `{other}` is not available in this build of tierkv (available: classic, matrix, tlsm, triangle, vlsm)"
         ))),
     }
 }
