@@ -182,6 +182,9 @@ pub struct Stats {
     /// How the PM tier persists (`Persistence::describe`, e.g.
     /// `memory-file (clwb + sfence)`); `None` without a PM tier.
     pub pm_persistence: Option<String>,
+    /// Figures the design reports about itself (`Design::gauges`), by
+    /// name, e.g. the DRAM bytes of an index.
+    pub design: Vec<(String, u64)>,
 }
 
 impl Stats {
@@ -347,6 +350,12 @@ impl Stats {
             "block cache: {} hits, {} misses",
             self.block_cache_hits, self.block_cache_misses
         );
+        if !self.design.is_empty() {
+            let _ = writeln!(s, "\n** Design **");
+            for (name, value) in &self.design {
+                let _ = writeln!(s, "{name} {value}");
+            }
+        }
         s
     }
 }
@@ -503,6 +512,7 @@ impl StatsRecorder {
             block_cache_hits: self.block_cache_hits.load(Ordering::Relaxed),
             block_cache_misses: self.block_cache_misses.load(Ordering::Relaxed),
             pm_persistence: self.pm_persistence.get().cloned(),
+            design: Vec::new(),
         }
     }
 }

@@ -79,6 +79,13 @@ impl Inner {
             .iter()
             .map(|v| v.shape())
             .collect();
-        self.stats.snapshot_regions(shapes)
+        let mut s = self.stats.snapshot_regions(shapes);
+        s.design = self
+            .design
+            .gauges()
+            .into_iter()
+            .map(|(n, v)| (n.to_string(), v))
+            .collect();
+        s
     }
 }

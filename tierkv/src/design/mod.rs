@@ -1,3 +1,4 @@
+// NOTE FROM THE LEAD: read /work/wt/rangetab/NOTE-FROM-LEAD.md (the seam changed on main; merge main). Delete this line and that file; never commit them.
 //! The design seam (DESIGN.md §2): a design is a flush target, a picker, a
 //! job runner and a write controller, plus the PM it owns. The engine
 //! (`db/`) knows only this trait; each preset lives in its own module or
@@ -42,7 +43,11 @@
 //!   kept between merges, the slot page of an in-flight job). The engine
 //!   counts them live when it rebuilds the allocator at open
 //!   (`PmTier::reconcile`); every page neither a table, a live WAL nor
-//!   this list names is freed.
+//!   this list names is freed. A declared run may also be listed by
+//!   tables (RangeKV's buffers, re-listed under a new table id at every
+//!   append): the engine never frees a declared run when the last table
+//!   listing it is released, so the design reuses it; it learns when no
+//!   live handle lists it any more from `TableContext::pm_run_refs`.
 //! * **[`Design::release`]**: told when a PM table no version references
 //!   any more is released (after the edit removing it is durable and its
 //!   last handle is gone). The engine frees the runs the handle was the
@@ -50,6 +55,14 @@
 //!   `TableContext::pm_run_refs`); the design returns further runs it can
 //!   free now — shared runs it counts by reference itself, e.g. a buffer
 //!   referenced by thousands of skip lists, too many to list per table.
+//! * **[`Design::gauges`]**: named figures about the design (e.g. the
+//!   DRAM bytes of its indexes) shown in `tierkv.stats`.
+//! * **WAL replay** calls [`Design::flush`] once per replayed memtable,
+//!   each against the version the earlier replayed flushes made (chained
+//!   in memory, never installed), and records the composed edits
+//!   (`VersionEdit::compose`) in one manifest record: a flush may re-list
+//!   or delete tables and write design records in replay as at run time.
+//!   No background job runs during replay.
 //! * **[`Design::log`]**, a design-owned log: `None` (the default) gives
 //!   the engine's WAL (on PM when the PM tier holds it, else on SSD). A
 //!   design whose flush target *is* the log (NV-Cache's NVTable) returns a
@@ -419,6 +432,13 @@ pub trait Design: Send + Sync {
     /// range of PM rows) reports what it really reads.
     fn task_input_bytes(&self, task: &Task) -> Vec<(usize, u64)> {
         task.input_bytes()
+    }
+
+    /// Figures about the design itself for `tierkv.stats` and
+    /// `Db::stats().design` (module doc), e.g. the DRAM bytes of an index.
+    /// Cheap: called for every stats snapshot. The default: none.
+    fn gauges(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
     }
 }
 
