@@ -4,7 +4,7 @@
 //! (`db/`) knows only this trait; each preset lives in its own module or
 //! folder, and shares what it can with the others ([`leveled`] for the
 //! RocksDB-style SSD levels, [`container`] for the PM containers of
-//! `triangle` and `matrix`).
+//! `triangle` and `matrix`; [`rangetab`] is RangeKV's folder).
 //!
 //! # The hooks and their contracts
 //!
@@ -90,6 +90,7 @@ pub mod classic;
 pub mod container;
 pub mod leveled;
 pub mod matrix;
+pub mod rangetab;
 pub mod triangle;
 pub mod vlsm;
 
@@ -458,8 +459,9 @@ pub fn build(opts: &Options, pm: Option<Arc<PmTier>>) -> Result<Arc<dyn Design>>
         Preset::Triangle => Ok(Arc::new(triangle::triangle(opts, need_pm(pm)?)?)),
         Preset::Matrix => Ok(Arc::new(matrix::matrix(opts, need_pm(pm)?)?)),
         Preset::Vlsm => Ok(Arc::new(vlsm::Vlsm::new(opts))),
+        Preset::RangeTab => Ok(Arc::new(rangetab::rangetab(opts, need_pm(pm)?)?)),
         other => Err(crate::Error::InvalidOptions(format!(
-            "design `{other}` is not available in this build of tierkv (available: classic, matrix, triangle, vlsm)"
+            "design `{other}` is not available in this build of tierkv (available: classic, matrix, rangetab, triangle, vlsm)"
         ))),
     }
 }
