@@ -133,6 +133,8 @@ pub struct BytesWritten {
     pub pm_relinked: u64,
     /// MANIFEST bytes.
     pub manifest: u64,
+    /// PM bytes of the page allocator's metadata (superblock, bitmap).
+    pub pm_metadata: u64,
 }
 
 impl BytesWritten {
@@ -140,10 +142,10 @@ impl BytesWritten {
     pub fn ssd_total(&self) -> u64 {
         self.wal_ssd + self.flush_ssd + self.compaction_ssd.iter().sum::<u64>() + self.manifest
     }
-    /// Bytes of data written to the PM tier (WAL, flushes and compactions;
-    /// relinks excluded).
+    /// Bytes written to the PM tier but relinks: WAL, flushes,
+    /// compactions and the allocator's metadata.
     pub fn pm_written(&self) -> u64 {
-        self.wal_pm + self.flush_pm + self.compaction_pm
+        self.wal_pm + self.flush_pm + self.compaction_pm + self.pm_metadata
     }
     /// Everything written to the PM tier: data and relinks.
     pub fn pm_total(&self) -> u64 {

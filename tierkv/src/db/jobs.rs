@@ -331,15 +331,22 @@ impl Inner {
                     self.done_cv.wait_for(&mut st, Duration::from_millis(50));
                     continue;
                 };
-                st.busy.extend(task.input_ids());
+                let ids: Vec<u64> = task.input_ids().collect();
+                st.busy.extend(ids.iter().copied());
                 st.manual_running = true;
                 drop(st);
                 let r = self.run_compaction(region, &task, v);
+                drop(task);
                 let mut st = self.state.lock();
-                for id in task.input_ids() {
-                    st.busy.remove(&id);
+                for id in &ids {
+                    st.busy.remove(id);
                 }
                 st.manual_running = false;
+                if r.is_ok() {
+                    // Readers move to the new version, so the inputs'
+                    // storage is released once they finish.
+                    self.install_super_version(&st);
+                }
                 drop(st);
                 self.done_cv.notify_all();
                 self.bg_cv.notify_all();

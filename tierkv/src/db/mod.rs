@@ -50,7 +50,7 @@ use std::thread::JoinHandle;
 use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::batch::WriteBatch;
-use crate::design::{Design, JobEnv};
+use crate::design::{Design, DesignFactory, JobEnv};
 use crate::error::{Error, Result};
 use crate::iter::{DbIterator, InternalIterator, MergingIterator};
 use crate::key::{Kind, SeqNo};
@@ -200,7 +200,24 @@ pub struct Db {
 impl Db {
     /// Opens (or creates) the database in `dir`.
     pub fn open(dir: impl AsRef<Path>, options: Options) -> Result<Db> {
-        let inner = recovery::open(dir.as_ref(), options)?;
+        Self::open_inner(dir.as_ref(), options, None)
+    }
+
+    /// Opens (or creates) the database in `dir` with a design built by
+    /// `factory` instead of `options.design`'s preset: for designs that
+    /// are not presets (a test's toy design, an experiment). The factory
+    /// gets the options and the PM tier (when `pm_dir` or `pm_region` is
+    /// set); `options.design` still names the preset for stats.
+    pub fn open_with_design(
+        dir: impl AsRef<Path>,
+        options: Options,
+        factory: &DesignFactory,
+    ) -> Result<Db> {
+        Self::open_inner(dir.as_ref(), options, Some(factory))
+    }
+
+    fn open_inner(dir: &Path, options: Options, factory: Option<&DesignFactory>) -> Result<Db> {
+        let inner = recovery::open(dir, options, factory)?;
         let threads = jobs::start_background(&inner);
         Ok(Db {
             inner,

@@ -29,7 +29,9 @@ impl Inner {
             // say, nothing is freed: a leak the next open's reconcile
             // repairs, never a live run handed out again.
             let kept: Option<HashSet<_>> =
-                match self.design.live_pm_runs(&self.versions.current_all()) {
+                match self
+                    .design
+                    .live_pm_runs(&self.versions.current_all(), &self.versions.pm_wals()) {
                     Ok(runs) => Some(runs.into_iter().collect()),
                     Err(e) => {
                         log::warn!("design could not list its live PM runs: {e}");

@@ -86,6 +86,9 @@ impl Inner {
             .into_iter()
             .map(|(n, v)| (n.to_string(), v))
             .collect();
+        if let Some(pm) = &self.pm {
+            s.written.pm_metadata = pm.allocator().bytes_written();
+        }
         s
     }
 }

@@ -27,7 +27,7 @@ use std::time::Instant;
 use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::batch::WriteBatch;
-use crate::design::{self, Design, JobEnv};
+use crate::design::{self, Design, DesignFactory, JobEnv};
 use crate::error::{Error, Result};
 use crate::key::SeqNo;
 use crate::memtable::MemTable;
@@ -48,7 +48,11 @@ use super::write::new_log;
 use super::{Inner, RegionView, State, SuperVersion};
 
 /// Opens (or creates) the database in `dir`: steps 1–8 of the module doc.
-pub(super) fn open(dir: &Path, options: Options) -> Result<Arc<Inner>> {
+pub(super) fn open(
+    dir: &Path,
+    options: Options,
+    factory: Option<&DesignFactory>,
+) -> Result<Arc<Inner>> {
     options.validate()?;
     let dir = dir.to_path_buf();
     let fs = Arc::clone(&options.fs);
@@ -92,7 +96,10 @@ pub(super) fn open(dir: &Path, options: Options) -> Result<Arc<Inner>> {
             .pm_persistence
             .set(pm.region().persistence().describe());
     }
-    let design = design::build(&options, pm.clone())?;
+    let design = match factory {
+        Some(f) => f(&options, pm.clone())?,
+        None => design::build(&options, pm.clone())?,
+    };
     let pm_wals = match (&pm, options.wal_placement(), design.log()) {
         (Some(pm), WalPlacement::Pm, None) => Some(PmWals::new(Arc::clone(pm))),
         _ => None,
@@ -144,6 +151,17 @@ pub(super) fn open(dir: &Path, options: Options) -> Result<Arc<Inner>> {
     for e in edits {
         versions.log_and_apply(e, recovered.last_seqno)?;
     }
+    // Tables the hook adopted may hold seqnos past the MANIFEST's last.
+    let adopted_seq = versions
+        .current_all()
+        .iter()
+        .flat_map(|v| v.levels.iter().flatten().map(|t| t.meta.seq_max))
+        .max()
+        .unwrap_or(0);
+    let recovered = Recovered {
+        last_seqno: recovered.last_seqno.max(adopted_seq),
+        ..recovered
+    };
 
     // Pages a crash left allocated but unrecorded go back before replay
     // allocates (the PM tier may be nearly full).
@@ -164,8 +182,7 @@ pub(super) fn open(dir: &Path, options: Options) -> Result<Arc<Inner>> {
     )?;
 
     // A fresh log for new writes; the edits (one per region, one
-    // manifest record) make the replayed ones obsolete. A design's record
-    // of its own log goes first, on its own: it only says the log exists.
+    // manifest record) make the replayed ones obsolete.
     let log_number = versions.new_file_number();
     let log = new_log(
         &options,
@@ -173,16 +190,11 @@ pub(super) fn open(dir: &Path, options: Options) -> Result<Arc<Inner>> {
         &dir,
         design.as_ref(),
         pm_wals.as_ref(),
+        &stats,
         log_number,
     )?;
     let mut edits = replay.edits;
-    if design.log().is_some() {
-        if log.edit != VersionEdit::default() {
-            versions.log_and_apply(log.edit, replay.last_seq)?;
-        }
-    } else {
-        edits[0].new_pm_wals.extend(log.edit.new_pm_wals);
-    }
+    edits[0].new_pm_wals.extend(log.pm_wal);
     for e in &mut edits {
         e.log_number = Some(log_number);
     }
@@ -268,6 +280,8 @@ fn reconcile(
         .flat_map(|v| v.levels.iter().flatten())
         .flat_map(|t| t.meta.pm_pages.iter().copied())
         .collect();
+    // The logs in PM: the engine's WAL extents, or a design's own logs
+    // (which the design declares below).
     let listed = versions.pm_wals();
     match (pm_wals, listed.first()) {
         (Some(wals), _) => {
@@ -275,15 +289,15 @@ fn reconcile(
                 live.extend(wals.runs(w.first_extent)?);
             }
         }
-        (None, Some(w)) => {
+        (None, Some(w)) if design.log().is_none() => {
             return Err(Error::InvalidOptions(format!(
                 "the manifest has WAL {} in the PM tier, but this configuration keeps no WAL there",
                 w.log_number
             )))
         }
-        (None, None) => {}
+        (None, _) => {}
     }
-    live.extend(design.live_pm_runs(&current)?);
+    live.extend(design.live_pm_runs(&current, &listed)?);
     // A run a design declares may also be listed by its tables (RangeKV's
     // buffers): count it once.
     live.sort_unstable();
@@ -350,9 +364,15 @@ impl Replay {
                 }
             }
         }
+        // A design's own logs are the design's to adopt (its recovery
+        // hook); only their numbers are taken.
         for w in &rec.pm_wals {
             if w.log_number >= rec.log_number {
-                logs.push((w.log_number, Some(w.first_extent)));
+                match pm_wals {
+                    Some(_) => logs.push((w.log_number, Some(w.first_extent))),
+                    None if design.log().is_some() => versions.mark_file_number_used(w.log_number),
+                    None => logs.push((w.log_number, Some(w.first_extent))),
+                }
             }
         }
         logs.sort_unstable();

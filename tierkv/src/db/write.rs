@@ -25,7 +25,7 @@ use crate::design::{Design, WriteControl};
 use crate::error::{Error, Result};
 use crate::key::MAX_SEQNO;
 use crate::options::{Options, WalPlacement};
-use crate::stats::StallCause;
+use crate::stats::{StallCause, StatsRecorder};
 use crate::storage::{FileSystem, WriteHint};
 use crate::version::edit::{PmWal, VersionEdit};
 use crate::version::set::wal_name;
@@ -47,20 +47,44 @@ pub(super) struct Writer {
 /// Largest group a leader commits at once.
 const GROUP_MAX_BYTES: usize = 1 << 20;
 
-/// A new log and what the engine must do about it before its first record.
+/// A new log and what the engine must record before its first record.
 pub(super) struct NewLog {
     /// The writer.
     pub(super) writer: Box<dyn LogWriter>,
-    /// The edit recording it (a PM WAL, or the design's record of its own
-    /// log); empty for an SSD WAL, whose file name is its record.
-    pub(super) edit: VersionEdit,
+    /// Its entry in the MANIFEST's list of logs in PM (the engine's PM WAL,
+    /// or a design's own log); `None` for an SSD WAL, whose file name is
+    /// its record.
+    pub(super) pm_wal: Option<PmWal>,
     /// True for an SSD WAL file (deleted by the engine once flushed).
     pub(super) ssd_file: bool,
 }
 
 /// Creates log `n`: the design's own log if it has one, else the WAL on
-/// the configured tier.
+/// the configured tier. What creating it wrote (a PM log's header) is
+/// counted as WAL bytes.
 pub(super) fn new_log(
+    opts: &Options,
+    fs: &Arc<dyn FileSystem>,
+    dir: &Path,
+    design: &dyn Design,
+    pm_wals: Option<&PmWals>,
+    stats: &StatsRecorder,
+    n: u64,
+) -> Result<NewLog> {
+    let log = create_log(opts, fs, dir, design, pm_wals, n)?;
+    let created = log.writer.bytes_written();
+    let in_pm = log.writer.in_pm();
+    stats.add_written(|w| {
+        if in_pm {
+            w.wal_pm += created
+        } else {
+            w.wal_ssd += created
+        }
+    });
+    Ok(log)
+}
+
+fn create_log(
     opts: &Options,
     fs: &Arc<dyn FileSystem>,
     dir: &Path,
@@ -69,10 +93,13 @@ pub(super) fn new_log(
     n: u64,
 ) -> Result<NewLog> {
     if let Some(log) = design.log() {
-        let (writer, edit) = log.create(n)?;
+        let (writer, locator) = log.create(n)?;
         return Ok(NewLog {
             writer,
-            edit,
+            pm_wal: Some(PmWal {
+                log_number: n,
+                first_extent: locator,
+            }),
             ssd_file: false,
         });
     }
@@ -81,13 +108,10 @@ pub(super) fn new_log(
             let (w, first_extent) = wals.create_log(n)?;
             Ok(NewLog {
                 writer: Box::new(w),
-                edit: VersionEdit {
-                    new_pm_wals: vec![PmWal {
-                        log_number: n,
-                        first_extent,
-                    }],
-                    ..Default::default()
-                },
+                pm_wal: Some(PmWal {
+                    log_number: n,
+                    first_extent,
+                }),
                 ssd_file: false,
             })
         }
@@ -101,7 +125,7 @@ pub(super) fn new_log(
             fs.sync_dir(dir)?;
             Ok(NewLog {
                 writer: Box::new(wal::Writer::new(FileSink(file), n)),
-                edit: VersionEdit::default(),
+                pm_wal: None,
                 ssd_file: true,
             })
         }
@@ -318,11 +342,16 @@ impl Inner {
                 &self.dir,
                 self.design.as_ref(),
                 self.pm_wals.as_ref(),
+                &self.stats,
                 n,
             )?;
-            if log.edit != VersionEdit::default() {
+            if let Some(w) = log.pm_wal {
+                let edit = VersionEdit {
+                    new_pm_wals: vec![w],
+                    ..Default::default()
+                };
                 self.versions
-                    .log_and_apply(log.edit, self.last_seq.load(Ordering::Acquire))?;
+                    .log_and_apply(edit, self.last_seq.load(Ordering::Acquire))?;
             }
             // The old SSD log is synced in the background (by the next
             // flush when regions share it, or first thing by a later sync

@@ -40,14 +40,15 @@
 //!   idempotent: a crash before its edits are durable repeats it.
 //! * **[`Design::live_pm_runs`]**: PM the design owns beyond the page runs
 //!   its tables list in `meta.pm_pages` (an arena being filled, buffers
-//!   kept between merges, the slot page of an in-flight job). The engine
-//!   counts them live when it rebuilds the allocator at open
-//!   (`PmTier::reconcile`); every page neither a table, a live WAL nor
-//!   this list names is freed. A declared run may also be listed by
-//!   tables (RangeKV's buffers, re-listed under a new table id at every
-//!   append): the engine never frees a declared run when the last table
-//!   listing it is released, so the design reuses it; it learns when no
-//!   live handle lists it any more from `TableContext::pm_run_refs`.
+//!   kept between merges, the slot page of an in-flight job, the logs the
+//!   MANIFEST lists for a design-owned log). The engine counts them live
+//!   when it rebuilds the allocator at open (`PmTier::reconcile`); every
+//!   page neither a table, an engine PM WAL nor this list names is freed.
+//!   A declared run may also be listed by tables (RangeKV's buffers,
+//!   re-listed under a new table id at every append): the engine never
+//!   frees a declared run when the last table listing it is released, so
+//!   the design reuses it; it learns when no live handle lists it any
+//!   more from `TableContext::pm_run_refs`.
 //! * **[`Design::release`]**: told when a PM table no version references
 //!   any more is released (after the edit removing it is durable and its
 //!   last handle is gone). The engine frees the runs the handle was the
@@ -67,11 +68,18 @@
 //!   the engine's WAL (on PM when the PM tier holds it, else on SSD). A
 //!   design whose flush target *is* the log (NV-Cache's NVTable) returns a
 //!   [`DesignLog`]: the engine appends each committed group to it before
-//!   the memtable insert, creates a new one at each memtable switch
-//!   (recording the edit it returns), and never replays or deletes it —
-//!   the design's `flush` adopts the log of the memtable it flushes
-//!   (`MemTable::log_number`), and its `recover` adopts what a crash left.
-//!
+//!   the memtable insert, creates a new one at each memtable switch, and
+//!   records each in the MANIFEST's list of logs in PM
+//!   (`VersionEdit::new_pm_wals`, with the design's locator in
+//!   `first_extent`) before its first record. A flush retires the logs
+//!   below its bound from that list (`deleted_pm_wals`), exactly as for the
+//!   engine's PM WAL — list updates are set operations the version set
+//!   applies in order, so a switch racing a flush cannot lose a log. But
+//!   the engine never walks, replays or frees a design's log: the design's
+//!   `flush` adopts the log of the memtable it flushes
+//!   (`MemTable::log_number`; e.g. its pages become the new table's
+//!   `pm_pages`), its `recover` adopts the logs a crash left listed, and
+//!   its `live_pm_runs` declares the pages of the listed logs.
 //! # Rules every design keeps
 //!
 //! 1. A table's metadata never changes under its id: a PM table that grows
@@ -104,7 +112,7 @@ use crate::options::{Options, Preset};
 use crate::stats::StallCause;
 use crate::storage::alloc::PageRun;
 use crate::storage::pm::PmTier;
-use crate::version::edit::{TableMeta, VersionEdit};
+use crate::version::edit::{PmWal, TableMeta, VersionEdit};
 use crate::version::{TableContext, TableHandle, Version};
 use crate::wal::LogWriter;
 
@@ -309,10 +317,11 @@ pub enum WriteControl {
 
 /// A log owned by a design (see the module doc).
 pub trait DesignLog: Send + Sync {
-    /// Starts log `number` for a new memtable. Returns its writer and the
-    /// edit that records it; the engine applies the edit (durably) before
-    /// the first record is appended.
-    fn create(&self, number: u64) -> Result<(Box<dyn LogWriter>, VersionEdit)>;
+    /// Starts log `number` for a new memtable. Returns its writer and a
+    /// locator (e.g. the PM offset of its header) that the engine records
+    /// durably with the number (`PmWal { log_number, first_extent:
+    /// locator }`) before the first record is appended.
+    fn create(&self, number: u64) -> Result<(Box<dyn LogWriter>, u64)>;
 }
 
 /// A design preset plugged into the engine.
@@ -404,10 +413,11 @@ pub trait Design: Send + Sync {
     }
 
     /// PM runs the design's live structures use beyond its tables'
-    /// `pm_pages` (module doc), given every region's current version.
-    /// The default: none.
-    fn live_pm_runs(&self, versions: &[Arc<Version>]) -> Result<Vec<PageRun>> {
-        let _ = versions;
+    /// `pm_pages` (module doc), given every region's current version and
+    /// the logs in PM the MANIFEST lists (with a design-owned log: its
+    /// logs, by number and locator). The default: none.
+    fn live_pm_runs(&self, versions: &[Arc<Version>], logs: &[PmWal]) -> Result<Vec<PageRun>> {
+        let _ = (versions, logs);
         Ok(Vec::new())
     }
 
@@ -442,6 +452,12 @@ pub trait Design: Send + Sync {
         Vec::new()
     }
 }
+
+/// Builds a design from the options and the PM tier (if any): how
+/// `Db::open_with_design` plugs in a design that is not one of the presets
+/// (a test's toy design, an experiment).
+pub type DesignFactory =
+    dyn Fn(&Options, Option<Arc<PmTier>>) -> Result<Arc<dyn Design>> + Send + Sync;
 
 /// Builds the design named by `opts.design`, or refuses it at open. PM
 /// designs get the PM tier (region and page allocator) here.

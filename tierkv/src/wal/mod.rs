@@ -272,7 +272,7 @@ impl LogWriter for Writer<PmSink> {
         true
     }
     fn bytes_written(&self) -> u64 {
-        Writer::bytes_written(self)
+        self.sink().device_bytes()
     }
 }
 

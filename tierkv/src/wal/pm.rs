@@ -315,6 +315,7 @@ impl PmLog {
             cur: 0,
             cur_pos: 0,
             synced: (0, 0),
+            device_bytes: 0,
         };
         sink.grow()?;
         Ok(sink)
@@ -461,9 +462,18 @@ pub struct PmSink {
     cur: usize,
     cur_pos: u64,
     synced: (usize, u64),
+    /// Bytes stored into the region: extent headers and links, log
+    /// bytes, end markers.
+    device_bytes: u64,
 }
 
 impl PmSink {
+    /// Bytes this sink has stored into the region (headers, links, log
+    /// bytes and the zeroed end markers a sync writes).
+    pub fn device_bytes(&self) -> u64 {
+        self.device_bytes
+    }
+
     /// Offset of the chain's first extent (recorded in the MANIFEST).
     pub fn first_extent(&self) -> u64 {
         self.extents.first().map_or(0, |e| e.offset)
@@ -518,11 +528,13 @@ impl PmSink {
         region.persist(offset, header.len())?;
         region.write(offset + EXTENT_HEADER_BYTES, &ZEROS)?;
         region.persist(offset + EXTENT_HEADER_BYTES, HEADER_SIZE)?;
+        self.device_bytes += (header.len() + HEADER_SIZE) as u64;
         // (2) Then the 8-byte atomic link from the previous extent.
         if let Some(prev) = self.extents.last() {
             let at = prev.offset + NEXT_FIELD;
             region.write(at, &offset.to_le_bytes())?;
             region.persist(at, 8)?;
+            self.device_bytes += 8;
         }
         self.extents.push(SinkExtent {
             offset,
@@ -556,7 +568,7 @@ impl PmSink {
     /// Zeroes the fragment header position that follows `cur_pos` (after the
     /// block padding if the block has no room for a header) and returns the
     /// end of the zeroed range, relative to the current extent's data.
-    fn write_end_marker(&self) -> Result<u64> {
+    fn write_end_marker(&mut self) -> Result<u64> {
         let cap = self.extents[self.cur].cap;
         let pos = self.cur_pos;
         if pos >= cap {
@@ -574,6 +586,7 @@ impl PmSink {
             let n = (end - at).min(HEADER_SIZE as u64);
             self.region
                 .write(self.data_offset(self.cur, at), &ZEROS[..n as usize])?;
+            self.device_bytes += n;
             at += n;
         }
         Ok(end)
@@ -595,6 +608,7 @@ impl LogSink for PmSink {
             let (now, rest) = data.split_at(n);
             self.region
                 .write(self.data_offset(self.cur, self.cur_pos), now)?;
+            self.device_bytes += n as u64;
             self.cur_pos += n as u64;
             data = rest;
         }

@@ -120,7 +120,7 @@ use crate::stats::{StallCause, Tier};
 use crate::storage::alloc::{PageRun, PAGE_SIZE_BYTES};
 use crate::storage::pm::PmTier;
 use crate::storage::PmRegion;
-use crate::version::edit::{TableFormat, TableMeta, VersionEdit};
+use crate::version::edit::{PmWal, TableFormat, TableMeta, VersionEdit};
 use crate::version::{table_iter, LevelIterator, TableContext, TableHandle, Version};
 
 use buffer::{page_offset, BufferReader, Mirror, Readers, DATA_START};
@@ -1539,7 +1539,8 @@ impl Design for RangeTab {
         }
     }
 
-    fn live_pm_runs(&self, versions: &[Arc<Version>]) -> Result<Vec<PageRun>> {
+    fn live_pm_runs(&self, versions: &[Arc<Version>], logs: &[PmWal]) -> Result<Vec<PageRun>> {
+        let _ = logs;
         let mut out = Vec::new();
         for v in versions {
             if let Some(l) = self.s.layout_of(v)? {
