@@ -35,7 +35,7 @@ enum Cmd {
 
 #[derive(Args, Debug)]
 struct CompareArgs {
-    /// Comma-separated configurations: tierkv:<preset>, rocksdb-ssd, rocksdb-l0-pm, fake.
+    /// Comma-separated configurations: tierkv:<preset>, rocksdb-ssd, rocksdb-l0-pm, rocksdb-pm, fake.
     #[arg(long, value_delimiter = ',', required = true)]
     configs: Vec<String>,
     #[command(flatten)]

@@ -381,3 +381,35 @@ impl Readers {
         self.chunks.lock().retain(|(p, _), _| *p != first_page);
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worked_example() {
+        let m = Mirror {
+            r: 1,
+            slot: 0,
+            state: State::Write,
+            capacity: 64 << 10,
+            used: 896,
+            chunks: 2,
+            seq_min: 100,
+            seq_max: 180,
+        };
+        let h = m.encode();
+        let want: [u8; 64] = [
+            0x52, 0x61, 0x6e, 0x67, 0x65, 0x54, 0x61, 0x62, 1, 0, 1, 0, 1, 0, 0, 0, //
+            0, 0, 1, 0, 0, 0, 0, 0, 0x80, 3, 0, 0, 0, 0, 0, 0, //
+            2, 0, 0, 0, 0, 0, 0, 0, 100, 0, 0, 0, 0, 0, 0, 0, //
+            180, 0, 0, 0, 0, 0, 0, 0, 0xa7, 0x79, 0xee, 0, 0, 0, 0, 0,
+        ];
+        assert_eq!(h, want);
+        assert_eq!(Mirror::decode(&h), Some(m));
+        let mut torn = h;
+        torn[30] ^= 1;
+        assert_eq!(Mirror::decode(&torn), None);
+    }
+}

@@ -746,6 +746,7 @@ mod tests {
         assert_eq!(c.len, 76);
         let b = region.slice(4096, 76).unwrap().to_vec();
         assert_eq!(&b[0..4], b"RTCk");
+        assert_eq!(&b[4..8], &[0x9d, 0xda, 0x77, 0x93], "crc (docs/format/pm.md)");
         assert_eq!(&b[8..16], &[76, 0, 0, 0, 2, 0, 0, 0]);
         assert_eq!(&b[16..32], &[6, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0]);
         let mut e0 = vec![13, 3];

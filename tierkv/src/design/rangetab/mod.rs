@@ -221,6 +221,20 @@ impl Geometry {
     }
 }
 
+impl Geometry {
+    /// [`Geometry::for_options`] for a PM region of `region_len_bytes`,
+    /// with the page allocator's data pages worked out from its layout
+    /// (docs/format/pm.md: a superblock page and one bitmap page per
+    /// 32768 pages) — what a tool needs to know N before the database
+    /// exists (e.g. to split a key range into N boundaries).
+    pub fn for_region(opts: &Options, region_len_bytes: u64) -> Result<Geometry> {
+        let pages = region_len_bytes / PAGE_SIZE_BYTES;
+        let meta = 1 + pages.div_ceil(PAGE_SIZE_BYTES * 8);
+        let data = pages.saturating_sub(meta) * PAGE_SIZE_BYTES;
+        Geometry::for_options(opts, region_len_bytes, data)
+    }
+}
+
 /// The boundaries of the paper's prefix mapping: the space of `p`-byte
 /// prefixes cut into `n` equal parts.
 pub fn prefix_boundaries(p: usize, n: u32) -> Result<Vec<Vec<u8>>> {
@@ -270,28 +284,32 @@ pub fn quantile_boundaries(mem: &Arc<MemTable>, n: u32) -> Vec<Vec<u8>> {
     out
 }
 
-/// Table ids a flush added and deleted: its edit is applied once the
-/// current version has the first and not the second.
+/// The tables an edit adds and deletes, by level: the edit is applied
+/// once the current version has the first and not the second.
 #[derive(Debug, Clone, Default)]
 struct Mark {
-    added: Vec<u64>,
-    deleted: Vec<u64>,
+    added: Vec<(u32, u64)>,
+    deleted: Vec<(u32, u64)>,
 }
 
 impl Mark {
     fn of(edit: &VersionEdit) -> Mark {
         Mark {
-            added: edit.new_tables.iter().map(|(_, m)| m.id).collect(),
-            deleted: edit.deleted_tables.iter().map(|(_, id)| *id).collect(),
+            added: edit.new_tables.iter().map(|(l, m)| (*l, m.id)).collect(),
+            deleted: edit.deleted_tables.clone(),
         }
     }
 
     /// True if `v` has every added table and none of the deleted ones:
     /// the first version built that does is the one the edit made (added
-    /// ids are fresh, and only this flush deletes a write buffer's table).
+    /// ids are fresh; what the edit deletes, nothing else deletes first).
     fn matches(&self, v: &Version) -> bool {
-        let ids: HashSet<u64> = v.table_ids().collect();
-        self.added.iter().all(|i| ids.contains(i)) && !self.deleted.iter().any(|i| ids.contains(i))
+        let at = |&(level, id): &(u32, u64)| {
+            v.levels
+                .get(level as usize)
+                .is_some_and(|l| l.iter().any(|t| t.meta.id == id))
+        };
+        self.added.iter().all(at) && !self.deleted.iter().any(at)
     }
 
     fn is_empty(&self) -> bool {
@@ -394,8 +412,12 @@ struct Shared {
     latest_cv: Condvar,
     gate: Mutex<Gate>,
     gate_cv: Condvar,
-    /// Jobs running (they give up their task while `exclusive`).
+    /// Jobs running, counted until their edit is applied (they give up
+    /// their task while `exclusive`).
     active: AtomicUsize,
+    /// Edits of jobs that ended, until they are seen in the current
+    /// version.
+    finished: Mutex<Vec<Pending>>,
     /// An exclusive flush runs, or its edit is not applied yet.
     exclusive: AtomicBool,
     exclusive_edit: Mutex<Option<Pending>>,
@@ -481,6 +503,9 @@ impl Shared {
         if let Some(p) = self.exclusive_edit.lock().as_mut() {
             p.observe(v);
         }
+        for p in self.finished.lock().iter_mut() {
+            p.observe(v);
+        }
     }
 
     /// Whether RangeTab `r` of `latest` can take a part of `need` bytes
@@ -511,6 +536,33 @@ impl Shared {
     fn leave(&self) {
         self.active.fetch_sub(1, Ordering::SeqCst);
         self.latest_cv.notify_all();
+    }
+
+    /// Leaves a job, keeping its output's edit until it is applied (an
+    /// exclusive flush must not read a version without it).
+    fn leave_after(&self, env: &JobEnv, out: &Result<JobOutput>) {
+        {
+            let cur = env.versions.current();
+            let mut f = self.finished.lock();
+            f.retain(|p| !p.applied_in(&cur));
+            if let Ok(o) = out {
+                let p = Pending::new(Mark::of(&o.edit));
+                if p.generation.is_none() {
+                    f.push(p);
+                }
+            }
+        }
+        self.leave();
+    }
+
+    /// True once no job runs and every finished job's edit is in `cur`.
+    fn quiet(&self, cur: &Version) -> bool {
+        if self.active.load(Ordering::SeqCst) > 0 {
+            return false;
+        }
+        let mut f = self.finished.lock();
+        f.retain(|p| !p.applied_in(cur));
+        f.is_empty()
     }
 }
 
@@ -693,6 +745,7 @@ impl RangeTab {
                 gate: Mutex::new(Gate::default()),
                 gate_cv: Condvar::new(),
                 active: AtomicUsize::new(0),
+                finished: Mutex::new(Vec::new()),
                 exclusive: AtomicBool::new(false),
                 exclusive_edit: Mutex::new(None),
                 prepared: Mutex::new(None),
@@ -1137,23 +1190,43 @@ impl RangeTab {
         if prepared {
             // Jobs give their tasks up from now on; wait for running ones.
             self.s.exclusive.store(true, Ordering::SeqCst);
-            let mut spins = 0u64;
-            while self.s.active.load(Ordering::SeqCst) > 0 {
+            let start = Instant::now();
+            while !self.s.quiet(&env.versions.current()) {
+                if start.elapsed() > WAIT_LIMIT {
+                    self.s.exclusive.store(false, Ordering::SeqCst);
+                    return Err(Error::InvalidArgument(format!(
+                        "rangetab: an exclusive flush waited {} s for running jobs",
+                        WAIT_LIMIT.as_secs()
+                    )));
+                }
                 let mut l = self.s.latest.lock();
                 self.s
                     .latest_cv
                     .wait_for(&mut l, Duration::from_millis(1));
-                spins += 1;
-                if spins.is_multiple_of(10_000) {
-                    log::warn!("rangetab: exclusive flush still waits for running merges");
-                }
             }
         }
+        // The RangeTabs and L1 as they are now that no job runs: merges
+        // that finished since the flush took its version changed them (in
+        // WAL replay, the replay's chained version is the current one).
+        let env = JobEnv {
+            opts: env.opts,
+            fs: env.fs,
+            dir: env.dir,
+            versions: env.versions,
+            stats: env.stats,
+            smallest_snapshot: env.smallest_snapshot,
+            version: if prepared {
+                env.versions.current()
+            } else {
+                Arc::clone(&env.version)
+            },
+        };
+        let now = RtView::of(&env.version, Arc::clone(layout))?;
         let mut take = vec![false; layout.count as usize];
         let mut tables: Vec<Arc<TableHandle>> = Vec::new();
         for &r in rs {
             take[r as usize] = true;
-            tables.extend(rt.filled(r).into_iter().filter_map(|b| b.table.clone()));
+            tables.extend(now.filled(r).into_iter().filter_map(|b| b.table.clone()));
         }
         let take = Arc::new(take);
         // The key span: the RangeTabs' tables and the memtable's parts.
@@ -1189,6 +1262,7 @@ impl RangeTab {
         let (Some(lo), Some(hi)) = (lo, hi) else {
             return Ok(0);
         };
+        let env = &env;
         let v = &env.version;
         let l1 = v.overlapping(1, Some(&lo), Some(&hi));
         let gp = v.overlapping(2, Some(&lo), Some(&hi));
@@ -1290,6 +1364,27 @@ impl RangeTab {
         r
     }
 
+    /// Enters a job for `task` (its inputs must still be in the current
+    /// version: an exclusive flush may have merged some since the pick).
+    /// `false`: give the task up; `true`: leave with `Shared::leave`.
+    fn enter_with(&self, env: &JobEnv, task: &Task) -> bool {
+        if !self.s.enter() {
+            return false;
+        }
+        let v = env.versions.current();
+        let present = task.inputs.iter().all(|(level, tables)| {
+            tables.iter().all(|t| {
+                v.levels
+                    .get(*level)
+                    .is_some_and(|l| l.iter().any(|x| x.meta.id == t.meta.id))
+            })
+        });
+        if !present {
+            self.s.leave();
+        }
+        present
+    }
+
     /// Runs a RangeTab merge: seal, merge, reset the buffers to init.
     fn run_rangetab_merge(&self, env: &JobEnv, task: &Task) -> Result<JobOutput> {
         let plan = MergePlan::of(task)
@@ -1298,23 +1393,25 @@ impl RangeTab {
             self.s.counters.stale_tasks.fetch_add(1, Ordering::Relaxed);
             return Ok(JobOutput::default());
         }
-        if !self.s.enter() {
+        if !self.enter_with(env, task) {
             self.s.counters.stale_tasks.fetch_add(1, Ordering::Relaxed);
             return Ok(JobOutput::default());
         }
-        let r = leveled::run_merge(env, task, self.opts.sst_size_bytes);
-        self.s.leave();
-        let mut out = r?;
-        let layout = self.s.layout_of(&env.version)?.ok_or_else(|| {
-            Error::corruption("MANIFEST", 0, "RangeTab merge without a layout record")
-        })?;
-        for &(r, slot) in &plan.buffers {
-            out.edit
-                .design_records
-                .push((buffer_tag(r, slot), BufferRecord::INIT.encode()));
-            self.s.readers.evict(layout.run(r, slot).first);
-        }
-        Ok(out)
+        let r = (|| {
+            let mut out = leveled::run_merge(env, task, self.opts.sst_size_bytes)?;
+            let layout = self.s.layout_of(&env.version)?.ok_or_else(|| {
+                Error::corruption("MANIFEST", 0, "RangeTab merge without a layout record")
+            })?;
+            for &(r, slot) in &plan.buffers {
+                out.edit
+                    .design_records
+                    .push((buffer_tag(r, slot), BufferRecord::INIT.encode()));
+                self.s.readers.evict(layout.run(r, slot).first);
+            }
+            Ok(out)
+        })();
+        self.s.leave_after(env, &r);
+        r
     }
 }
 
@@ -1436,6 +1533,10 @@ impl Design for RangeTab {
         lo: Option<&[u8]>,
         hi: Option<&[u8]>,
     ) -> Option<Task> {
+        if self.s.exclusive.load(Ordering::SeqCst) {
+            // An exclusive flush runs or is being applied (see `pick`).
+            return None;
+        }
         if level == 0 {
             let rt = self.s.rt_view(v).ok()??;
             picker::pick_manual(&rt, v, cx, lo, hi)
@@ -1448,12 +1549,12 @@ impl Design for RangeTab {
         if MERGE_KINDS.contains(&task.kind) {
             return self.run_rangetab_merge(env, task);
         }
-        if !self.s.enter() {
+        if !self.enter_with(env, task) {
             self.s.counters.stale_tasks.fetch_add(1, Ordering::Relaxed);
             return Ok(JobOutput::default());
         }
         let r = leveled::run_merge(env, task, self.opts.sst_size_bytes);
-        self.s.leave();
+        self.s.leave_after(env, &r);
         r
     }
 
