@@ -518,7 +518,11 @@ mod tests {
         // All on PM: no SSD writes or reads.
         let all = &recs[4];
         assert!(all.bytes.pm_written >= all.bytes.user && all.bytes.ssd_written == 0);
-        assert!(all.levels.iter().all(|l| l.tier == "pm"), "{:?}", all.levels);
+        assert!(
+            all.levels.iter().all(|l| l.tier == "pm"),
+            "{:?}",
+            all.levels
+        );
     }
 
     #[test]
@@ -532,7 +536,11 @@ mod tests {
         plan.num = Some(4096);
         let recs = execute(&plan).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(recs.len(), 2);
-        assert!(recs[0].bytes.pm_written > recs[0].bytes.wal, "{:?}", recs[0].bytes);
+        assert!(
+            recs[0].bytes.pm_written > recs[0].bytes.wal,
+            "{:?}",
+            recs[0].bytes
+        );
         assert_eq!(recs[1].ops, 4096);
     }
 

@@ -621,29 +621,32 @@ impl Script {
                 self.resort();
                 self.show_version()
             }
-            "pick" => match {
-                let mut cx = PickContext::idle(&self.busy);
-                for (k, v) in &args {
-                    match *k {
-                        "rate" => cx.write_bytes_per_sec = parse_size(v) as f64,
-                        "peak" => cx.write_bytes_per_sec_peak = parse_size(v) as f64,
-                        "flushing" => cx.flush_running = *v == "1",
-                        "gen" => self.version.generation = v.parse().expect("n"),
-                        other => panic!("unknown pick option {other}"),
+            "pick" => {
+                let picked = {
+                    let mut cx = PickContext::idle(&self.busy);
+                    for (k, v) in &args {
+                        match *k {
+                            "rate" => cx.write_bytes_per_sec = parse_size(v) as f64,
+                            "peak" => cx.write_bytes_per_sec_peak = parse_size(v) as f64,
+                            "flushing" => cx.flush_running = *v == "1",
+                            "gen" => self.version.generation = v.parse().expect("n"),
+                            other => panic!("unknown pick option {other}"),
+                        }
+                    }
+                    self.design.pick(&self.version, &cx)
+                };
+                match picked {
+                    Some(t) => {
+                        let s = Self::show_task(&t);
+                        self.last = Some(t);
+                        s
+                    }
+                    None => {
+                        self.last = None;
+                        "none\n".into()
                     }
                 }
-                self.design.pick(&self.version, &cx)
-            } {
-                Some(t) => {
-                    let s = Self::show_task(&t);
-                    self.last = Some(t);
-                    s
-                }
-                None => {
-                    self.last = None;
-                    "none\n".into()
-                }
-            },
+            }
             "row" => {
                 // A flush into the container: a new newest row.
                 let pred = self.version.levels[0].first().map(|t| {

@@ -75,7 +75,12 @@ fn u32_at(sim: &SimRegion, at: u64) -> u32 {
 
 /// Region offsets of the chunks of the buffer at `buf`.
 fn chunks(sim: &SimRegion, buf: u64) -> Vec<(u64, u64)> {
-    let used = u64::from_le_bytes(sim.slice(buf + 24, 8).expect("slice").try_into().expect("8"));
+    let used = u64::from_le_bytes(
+        sim.slice(buf + 24, 8)
+            .expect("slice")
+            .try_into()
+            .expect("8"),
+    );
     let mut out = Vec::new();
     let mut at = buf + 64;
     while at < buf + 64 + used {
@@ -96,7 +101,11 @@ fn damaged_chunk_is_corruption_naming_region_offset_and_rangetab() {
         let cs = chunks(&sim, bufs[i % 2]);
         assert_eq!(cs.len(), 3, "three chunks");
         let (at, len) = cs[i % 3];
-        let target = if delta == 200 { at + len - 6 } else { at + delta };
+        let target = if delta == 200 {
+            at + len - 6
+        } else {
+            at + delta
+        };
         sim.corrupt(target, 0x10).expect("corrupt");
         match read_all(&fs, &sim).expect_err("a damaged chunk must be reported") {
             Error::Corruption { at: loc, what } => {
@@ -122,7 +131,11 @@ fn damaged_header_is_rewritten_from_the_manifest() {
     for delta in [0u64, 10, 24, 33, 57] {
         sim.corrupt(bufs[0] + delta, 0x04).expect("corrupt");
         read_all(&fs, &sim).expect("a header is only a mirror");
-        assert_eq!(sim.slice(bufs[0], 64).expect("slice"), &want[..], "rewritten");
+        assert_eq!(
+            sim.slice(bufs[0], 64).expect("slice"),
+            &want[..],
+            "rewritten"
+        );
     }
 }
 

@@ -424,7 +424,10 @@ fn flush_seals_a_full_buffer_and_switches() {
     let rig = prepare(&p, &mut model);
     let seals = gauge(rig.db(), "rangetab.seals");
     rig.db().flush().expect("flush");
-    assert!(gauge(rig.db(), "rangetab.seals") > seals, "the flush sealed no buffer");
+    assert!(
+        gauge(rig.db(), "rangetab.seals") > seals,
+        "the flush sealed no buffer"
+    );
     drop(rig);
     every_crash_point(&p, "rangetab flush with a seal", &|db| {
         db.flush().expect("flush")
@@ -443,7 +446,10 @@ fn exclusive_flush_merges_an_oversized_part_into_l1() {
     let mut model = Model::new();
     let rig = prepare(&p, &mut model);
     rig.db().flush().expect("flush");
-    assert!(gauge(rig.db(), "rangetab.exclusive_flushes") > 0, "no exclusive flush");
+    assert!(
+        gauge(rig.db(), "rangetab.exclusive_flushes") > 0,
+        "no exclusive flush"
+    );
     drop(rig);
     every_crash_point(&p, "rangetab exclusive flush", &|db| {
         db.flush().expect("flush")
@@ -492,7 +498,11 @@ fn creation() {
         let mut model = Model::new();
         write(rig.db(), &mut model, 0, 200);
         rig.db().flush().expect("flush");
-        check(&rig, &model, &format!("writes after a crash at creation event {n}"));
+        check(
+            &rig,
+            &model,
+            &format!("writes after a crash at creation event {n}"),
+        );
         (opened, events)
     };
     let (_, total) = count(u64::MAX);

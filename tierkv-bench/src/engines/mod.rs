@@ -218,9 +218,7 @@ impl Config {
     pub fn engine_name(&self) -> &'static str {
         match self.kind {
             EngineKind::Tierkv(_) => "tierkv",
-            EngineKind::RocksdbSsd | EngineKind::RocksdbL0Pm | EngineKind::RocksdbPm => {
-                "rocksdb"
-            }
+            EngineKind::RocksdbSsd | EngineKind::RocksdbL0Pm | EngineKind::RocksdbPm => "rocksdb",
             EngineKind::Fake => "fake",
         }
     }

@@ -121,7 +121,11 @@ pub fn draw_all(records: &[Record], out: &Path) -> Result<Vec<String>> {
             .iter()
             .filter(|r| {
                 r.benchmark == bench
-                    && (if r.mode.is_empty() { "closed" } else { r.mode.as_str() }) == mode
+                    && (if r.mode.is_empty() {
+                        "closed"
+                    } else {
+                        r.mode.as_str()
+                    }) == mode
             })
             .collect();
         let slug = if mode == "open" {
@@ -632,7 +636,10 @@ fn value_sizes<DB: DrawingBackend>(
         }
     }
     let lx = |v: usize| (v.max(1) as f64).log2();
-    let x_min = recs.iter().map(|r| lx(r.value_size)).fold(f64::MAX, f64::min);
+    let x_min = recs
+        .iter()
+        .map(|r| lx(r.value_size))
+        .fold(f64::MAX, f64::min);
     let x_max = recs.iter().map(|r| lx(r.value_size)).fold(0.0, f64::max);
     let y_max = recs.iter().map(|r| r.mb_per_sec).fold(1.0, f64::max) * 1.3;
     let scale = recs.first().map_or(String::new(), |r| r.scale.clone());

@@ -28,16 +28,16 @@ impl Inner {
             // when the last table listing them goes. If the design cannot
             // say, nothing is freed: a leak the next open's reconcile
             // repairs, never a live run handed out again.
-            let kept: Option<HashSet<_>> =
-                match self
-                    .design
-                    .live_pm_runs(&self.versions.current_all(), &self.versions.pm_wals()) {
-                    Ok(runs) => Some(runs.into_iter().collect()),
-                    Err(e) => {
-                        log::warn!("design could not list its live PM runs: {e}");
-                        None
-                    }
-                };
+            let kept: Option<HashSet<_>> = match self
+                .design
+                .live_pm_runs(&self.versions.current_all(), &self.versions.pm_wals())
+            {
+                Ok(runs) => Some(runs.into_iter().collect()),
+                Err(e) => {
+                    log::warn!("design could not list its live PM runs: {e}");
+                    None
+                }
+            };
             for m in &pm_tables {
                 let more = self.design.release(m).unwrap_or_else(|e| {
                     log::warn!("design could not release PM of table {}: {e}", m.id);

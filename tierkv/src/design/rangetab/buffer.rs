@@ -162,10 +162,11 @@ pub struct BufferReader {
 impl BufferReader {
     /// The newest entry of `user_key` visible at `seq`.
     pub fn find(&self, user_key: &[u8], seq: SeqNo) -> Option<Found> {
+        let h = self.hash_index.then(|| chunk::key_hash(user_key));
         self.chunks
             .iter()
             .rev()
-            .find_map(|c| c.get(user_key, seq, self.hash_index))
+            .find_map(|c| c.get_hashed(user_key, h, seq))
     }
 
     /// Adds an iterator per chunk to `out`.
@@ -259,7 +260,10 @@ impl Readers {
                 return Err(Error::corruption(
                     "MANIFEST",
                     0,
-                    format!("RangeTab table {} must list exactly its buffer run", meta.id),
+                    format!(
+                        "RangeTab table {} must list exactly its buffer run",
+                        meta.id
+                    ),
                 ))
             }
         };
@@ -267,7 +271,10 @@ impl Readers {
             Error::corruption(
                 "MANIFEST",
                 0,
-                format!("table {} lists run {run:?}, which is no RangeTab buffer", meta.id),
+                format!(
+                    "table {} lists run {run:?}, which is no RangeTab buffer",
+                    meta.id
+                ),
             )
         })?;
         let name = || format!("RangeTab {r} slot {slot} (table {})", meta.id);
@@ -278,7 +285,11 @@ impl Readers {
             return Err(Error::corruption(
                 self.region.name(),
                 base,
-                format!("{}: {} used bytes exceed the buffer", name(), meta.size_bytes),
+                format!(
+                    "{}: {} used bytes exceed the buffer",
+                    name(),
+                    meta.size_bytes
+                ),
             ));
         }
         let mut chunks: Vec<Arc<Chunk>> = Vec::new();
@@ -353,9 +364,7 @@ impl Readers {
             &self.index_bytes,
             name,
         )?);
-        self.chunks
-            .lock()
-            .insert((first_page, at), Arc::clone(&c));
+        self.chunks.lock().insert((first_page, at), Arc::clone(&c));
         Ok(c)
     }
 

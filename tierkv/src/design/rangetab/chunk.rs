@@ -267,7 +267,11 @@ impl Chunk {
     ) -> Result<Chunk> {
         let rname = region.name().to_string();
         let corrupt = |at: u64, what: &str| {
-            Error::corruption(rname.clone(), at, format!("{}: chunk at {offset}: {what}", name()))
+            Error::corruption(
+                rname.clone(),
+                at,
+                format!("{}: chunk at {offset}: {what}", name()),
+            )
         };
         if offset + HEADER_BYTES as u64 > limit {
             return Err(corrupt(offset, "header beyond the used bytes"));
@@ -310,7 +314,10 @@ impl Chunk {
             let ok = key::parse_internal_key(ik)
                 .is_some_and(|p| p.seq >= h.seq_min && p.seq <= h.seq_max);
             if !ok {
-                return Err(corrupt(offset + at as u64, &format!("entry {i} malformed key")));
+                return Err(corrupt(
+                    offset + at as u64,
+                    &format!("entry {i} malformed key"),
+                ));
             }
             prev_end = end;
         }
@@ -417,10 +424,10 @@ impl Chunk {
         }
     }
 
-    /// The index of the newest entry of `user_key`, by the hash index.
-    fn probe(&self, user_key: &[u8]) -> Option<usize> {
+    /// The index of the newest entry of `user_key` (whose hash is `h`), by
+    /// the hash index.
+    fn probe(&self, user_key: &[u8], h: u64) -> Option<usize> {
         let ix = self.index();
-        let h = key_hash(user_key);
         let tag = h & 0xffff_ffff_0000_0000;
         let mut pos = (h as usize) & ix.mask;
         loop {
@@ -440,11 +447,22 @@ impl Chunk {
 
     /// The newest entry of `user_key` with seqno `<= seq`.
     pub fn get(&self, user_key: &[u8], seq: SeqNo, hash_index: bool) -> Option<Found> {
+        let h = if hash_index {
+            Some(key_hash(user_key))
+        } else {
+            None
+        };
+        self.get_hashed(user_key, h, seq)
+    }
+
+    /// [`Chunk::get`] with the key's hash computed once by the caller
+    /// (`Some`: probe the hash index; `None`: binary search).
+    pub fn get_hashed(&self, user_key: &[u8], hash: Option<u64>, seq: SeqNo) -> Option<Found> {
         if self.seq_min > seq {
             return None;
         }
-        let mut i = if hash_index {
-            self.probe(user_key)?
+        let mut i = if let Some(h) = hash {
+            self.probe(user_key, h)?
         } else {
             let i = self.lower_bound(&key::seek_key(user_key, seq));
             if i >= self.n as usize || self.user_key(i) != user_key {
@@ -741,14 +759,24 @@ mod tests {
         let c = build(
             &region,
             4096,
-            &[("apple", 7, Kind::Put, "red"), ("kiwi", 6, Kind::Delete, "")],
+            &[
+                ("apple", 7, Kind::Put, "red"),
+                ("kiwi", 6, Kind::Delete, ""),
+            ],
         );
         assert_eq!(c.len, 76);
         let b = region.slice(4096, 76).unwrap().to_vec();
         assert_eq!(&b[0..4], b"RTCk");
-        assert_eq!(&b[4..8], &[0x9d, 0xda, 0x77, 0x93], "crc (docs/format/pm.md)");
+        assert_eq!(
+            &b[4..8],
+            &[0x9d, 0xda, 0x77, 0x93],
+            "crc (docs/format/pm.md)"
+        );
         assert_eq!(&b[8..16], &[76, 0, 0, 0, 2, 0, 0, 0]);
-        assert_eq!(&b[16..32], &[6, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(
+            &b[16..32],
+            &[6, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0]
+        );
         let mut e0 = vec![13, 3];
         e0.extend_from_slice(b"apple");
         e0.extend_from_slice(&[1, 7, 0, 0, 0, 0, 0, 0]);
@@ -782,8 +810,14 @@ mod tests {
         for hash in [true, false] {
             for (i, k) in keys.iter().enumerate() {
                 let newest = 1000 + 10 * i as u64 + (i % 3) as u64;
-                assert_eq!(c.get(k.as_bytes(), u64::MAX >> 8, hash).unwrap().seq, newest);
-                assert_eq!(c.get(k.as_bytes(), 1000 + 10 * i as u64, hash).unwrap().seq, 1000 + 10 * i as u64);
+                assert_eq!(
+                    c.get(k.as_bytes(), u64::MAX >> 8, hash).unwrap().seq,
+                    newest
+                );
+                assert_eq!(
+                    c.get(k.as_bytes(), 1000 + 10 * i as u64, hash).unwrap().seq,
+                    1000 + 10 * i as u64
+                );
                 assert_eq!(c.get(k.as_bytes(), 999 + 10 * i as u64, hash), None);
             }
             assert_eq!(c.get(b"k9999", u64::MAX >> 8, hash), None);
@@ -794,14 +828,20 @@ mod tests {
     fn corruption_names_the_chunk() {
         let sim = Arc::new(SimRegion::new(64 << 10));
         let region: Arc<dyn PmRegion> = sim.clone();
-        let c = build(&region, 0, &[("a", 1, Kind::Put, "xyz"), ("b", 2, Kind::Put, "w")]);
+        let c = build(
+            &region,
+            0,
+            &[("a", 1, Kind::Put, "xyz"), ("b", 2, Kind::Put, "w")],
+        );
         let len = u64::from(c.len);
         let gauge = Arc::new(AtomicU64::new(0));
         for at in 0..len {
             let mut b = [0u8; 1];
             region.read(at, &mut b).unwrap();
             region.write(at, &[b[0] ^ 0x40]).unwrap();
-            match Chunk::parse(&region, 0, len, true, &gauge, &|| "RangeTab 3 slot 1".into()) {
+            match Chunk::parse(&region, 0, len, true, &gauge, &|| {
+                "RangeTab 3 slot 1".into()
+            }) {
                 Err(e) => {
                     assert!(e.is_corruption(), "{e}");
                     assert!(e.to_string().contains("RangeTab 3 slot 1"), "{e}");

@@ -195,9 +195,8 @@ impl Geometry {
                 cap,
             ),
             (n, 0) => {
-                let cap = capacity_within(avail / (2 * n)).min(capacity_within(
-                    pages_for(mem) * PAGE_SIZE_BYTES,
-                ));
+                let cap = capacity_within(avail / (2 * n))
+                    .min(capacity_within(pages_for(mem) * PAGE_SIZE_BYTES));
                 (n, cap)
             }
             (n, cap) => (n, cap),
@@ -885,9 +884,7 @@ impl RangeTab {
         }
         let alloc = self.s.pm.allocator();
         for run in layout.runs() {
-            if run.first < alloc.data_start_page()
-                || run.first + run.count > alloc.total_pages()
-            {
+            if run.first < alloc.data_start_page() || run.first + run.count > alloc.total_pages() {
                 return Err(Error::corruption(
                     "MANIFEST",
                     0,
@@ -915,7 +912,11 @@ impl RangeTab {
                     "rangetab: buffer ({}, {}) header {} the MANIFEST; rewritten",
                     b.r,
                     b.slot,
-                    if got.is_some() { "disagrees with" } else { "is torn, unlike" }
+                    if got.is_some() {
+                        "disagrees with"
+                    } else {
+                        "is torn, unlike"
+                    }
                 );
                 want.store(self.s.region.as_ref(), base)?;
             }
@@ -972,12 +973,7 @@ impl RangeTab {
             .collect()
     }
 
-    fn flush_inner(
-        &self,
-        env: &JobEnv,
-        mem: &Arc<MemTable>,
-        prepared: bool,
-    ) -> Result<JobOutput> {
+    fn flush_inner(&self, env: &JobEnv, mem: &Arc<MemTable>, prepared: bool) -> Result<JobOutput> {
         let v = &env.version;
         let mut edit = VersionEdit::default();
         let mut layout = self.s.layout_of(v)?.ok_or_else(|| {
@@ -1027,7 +1023,11 @@ impl RangeTab {
                 "parts out of step with the memtable"
             );
             let b = rt.buf(r, slot);
-            let used = if b.rec.state == State::Init { 0 } else { b.used() };
+            let used = if b.rec.state == State::Init {
+                0
+            } else {
+                b.used()
+            };
             let run = layout.run(r, slot);
             let start = page_offset(run.first) + DATA_START + used;
             if b.rec.state == State::Init {
@@ -1076,7 +1076,8 @@ impl RangeTab {
                     state: State::Sealed,
                     ..o.rec
                 };
-                edit.design_records.push((buffer_tag(*r, *other), rec.encode()));
+                edit.design_records
+                    .push((buffer_tag(*r, *other), rec.encode()));
                 if let Some(t) = &o.table {
                     Mirror {
                         r: *r,
@@ -1094,7 +1095,9 @@ impl RangeTab {
                 self.s.counters.seals.fetch_add(1, Ordering::Relaxed);
             }
             let fresh = b.rec.state == State::Init;
-            let old_meta = (!fresh).then(|| b.table.as_ref().map(|t| &t.meta)).flatten();
+            let old_meta = (!fresh)
+                .then(|| b.table.as_ref().map(|t| &t.meta))
+                .flatten();
             let used = if fresh { 0 } else { b.used() } + cs.footprint;
             let id = env.versions.new_file_number();
             let meta = appended_meta(id, run, old_meta, used, cs);
@@ -1145,7 +1148,8 @@ impl RangeTab {
                 edit.deleted_tables.push((0, t.meta.id));
             }
             edit.new_tables.push((0, meta));
-            edit.design_records.push((buffer_tag(*r, *slot), rec.encode()));
+            edit.design_records
+                .push((buffer_tag(*r, *slot), rec.encode()));
             self.s.counters.chunks.fetch_add(1, Ordering::Relaxed);
         }
 
@@ -1200,9 +1204,7 @@ impl RangeTab {
                     )));
                 }
                 let mut l = self.s.latest.lock();
-                self.s
-                    .latest_cv
-                    .wait_for(&mut l, Duration::from_millis(1));
+                self.s.latest_cv.wait_for(&mut l, Duration::from_millis(1));
             }
         }
         // The RangeTabs and L1 as they are now that no job runs: merges
@@ -1349,7 +1351,8 @@ impl RangeTab {
                     state: State::Sealed,
                     ..b.rec
                 };
-                edit.design_records.push((buffer_tag(r, slot), rec.encode()));
+                edit.design_records
+                    .push((buffer_tag(r, slot), rec.encode()));
             }
             env.versions.log_and_apply(edit, 0)?;
             s.counters
@@ -1584,11 +1587,7 @@ impl Design for RangeTab {
     fn flush_blocked(&self, v: &Version) -> Option<StallCause> {
         let rt = self.s.rt_view(v).ok()??;
         (0..rt.layout.count)
-            .any(|r| {
-                rt.pair(r)
-                    .into_iter()
-                    .all(|b| b.rec.state == State::Sealed)
-            })
+            .any(|r| rt.pair(r).into_iter().all(|b| b.rec.state == State::Sealed))
             .then_some(StallCause::PmFull)
     }
 
@@ -1672,12 +1671,9 @@ impl Design for RangeTab {
 
     fn gauges(&self) -> Vec<(&'static str, u64)> {
         let c = &self.s.counters;
-        let (count, cap) = self
-            .s
-            .latest
-            .lock()
-            .as_ref()
-            .map_or((0, 0), |l| (u64::from(l.layout.count), l.layout.capacity_bytes));
+        let (count, cap) = self.s.latest.lock().as_ref().map_or((0, 0), |l| {
+            (u64::from(l.layout.count), l.layout.capacity_bytes)
+        });
         vec![
             ("rangetab.count", count),
             ("rangetab.capacity_bytes", cap),
@@ -1687,7 +1683,10 @@ impl Design for RangeTab {
             ),
             ("rangetab.chunks_appended", c.chunks.load(Ordering::Relaxed)),
             ("rangetab.seals", c.seals.load(Ordering::Relaxed)),
-            ("rangetab.flush_waits", c.flush_waits.load(Ordering::Relaxed)),
+            (
+                "rangetab.flush_waits",
+                c.flush_waits.load(Ordering::Relaxed),
+            ),
             (
                 "rangetab.flush_wait_us",
                 c.flush_wait_us.load(Ordering::Relaxed),
@@ -1696,7 +1695,10 @@ impl Design for RangeTab {
                 "rangetab.exclusive_flushes",
                 c.exclusive_flushes.load(Ordering::Relaxed),
             ),
-            ("rangetab.stale_tasks", c.stale_tasks.load(Ordering::Relaxed)),
+            (
+                "rangetab.stale_tasks",
+                c.stale_tasks.load(Ordering::Relaxed),
+            ),
         ]
     }
 }

@@ -53,7 +53,11 @@ pub struct L0View {
 
 impl L0View {
     /// The view of `tables` (a version's L0, newest first).
-    pub fn new(layout: Arc<Layout>, tables: Vec<Arc<TableHandle>>, readers: Arc<Readers>) -> L0View {
+    pub fn new(
+        layout: Arc<Layout>,
+        tables: Vec<Arc<TableHandle>>,
+        readers: Arc<Readers>,
+    ) -> L0View {
         L0View {
             layout,
             tables,
