@@ -258,6 +258,12 @@ pub struct Options {
     /// RangeKV "low load": the admitted write rate of the last second is
     /// below this fraction of its peak over the last minute (0.1).
     pub rangetab_low_load_fraction: f64,
+    /// RangeKV: the paper's selection as written — only sealed buffers
+    /// are merged, step 1 only those past β — instead of the sound
+    /// default (every sealed buffer in step 1; steps 2–3 seal the write
+    /// buffer they take). The faithful picker can leave a buffer sealed
+    /// below α unmerged while its sibling fills (design/rangetab/picker.rs).
+    pub rangetab_faithful_picker: bool,
     /// RangeKV: point reads probe each chunk's hash index (DRAM, built
     /// at flush or on first read after a restart); off = binary search
     /// over the chunk's offset array only.
@@ -340,6 +346,7 @@ impl Default for Options {
             rangetab_mu: 0.6,
             rangetab_gamma: 2.0,
             rangetab_low_load_fraction: 0.1,
+            rangetab_faithful_picker: false,
             rangetab_hash_index: true,
             regions: 1,
             region_boundaries: Vec::new(),

@@ -41,7 +41,8 @@
 //! `row <spec>` flushes one more row on top of L0.
 //!
 //! RangeKV (`define design=rangetab rt=N cap=SIZE bounds=k1,k2,...`, and
-//! `beta=`, `alpha=`, `mu=`, `gamma=`): L0 tables are buffer tables
+//! `beta=`, `alpha=`, `mu=`, `gamma=`, `faithful=1` for the paper's
+//! picker as written): L0 tables are buffer tables
 //! `r.slot:state:bytes:lo-hi[@seq]` (state `write` or `sealed`; buffers
 //! not listed are init; within a RangeTab the buffer with the larger seq
 //! is the younger). Only metadata and state records: the picker reads no
@@ -515,6 +516,7 @@ impl Script {
                         "alpha" => o.rangetab_alpha = v.parse().expect("x"),
                         "mu" => o.rangetab_mu = v.parse().expect("x"),
                         "gamma" => o.rangetab_gamma = v.parse().expect("x"),
+                        "faithful" => o.rangetab_faithful_picker = *v == "1",
                         other => panic!("unknown define option {other}"),
                     }
                 }

@@ -124,6 +124,9 @@ pub enum Knob {
     Quantiles,
     /// `hash=0|1`: rangetab's hash index (default on).
     HashIndex(bool),
+    /// `faithful=0|1`: rangetab's picker as the paper writes it (default
+    /// off: the sound picker).
+    Faithful(bool),
 }
 
 /// Parses the knobs after the preset: `vlsm/mem=8m/phi=16` → `[Memtable(8 MiB),
@@ -161,9 +164,10 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
             "prefix" if (1..=8).contains(&n) => Knob::Prefix(n),
             "quantiles" if n == 1 => Knob::Quantiles,
             "hash" if n <= 1 => Knob::HashIndex(n == 1),
-            "rt" | "prefix" | "quantiles" | "hash" => {
+            "faithful" if n <= 1 => Knob::Faithful(n == 1),
+            "rt" | "prefix" | "quantiles" | "hash" | "faithful" => {
                 return Err(Error::Usage(format!(
-                    "knob `{part}` of `{spec}`: rt is 2..{}, prefix 1..8, quantiles 1, hash 0 or 1",
+                    "knob `{part}` of `{spec}`: rt is 2..{}, prefix 1..8, quantiles 1, hash and faithful 0 or 1",
                     tierkv_rt::MAX_RANGETABS
                 )))
             }
@@ -181,7 +185,7 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
             }
             _ => {
                 return Err(Error::Usage(format!(
-                    "unknown knob `{name}` in `{spec}`; knobs: mem, sst, phi, f, l0, batch, l1, regions, hints, limit, k, rt, cap, prefix, quantiles, hash"
+                    "unknown knob `{name}` in `{spec}`; knobs: mem, sst, phi, f, l0, batch, l1, regions, hints, limit, k, rt, cap, prefix, quantiles, hash, faithful"
                 )))
             }
         });
@@ -213,7 +217,8 @@ pub fn options_for_spec(preset: Preset, spec: &str, setup: &EngineSetup) -> Resu
             | Knob::Capacity(_)
             | Knob::Prefix(_)
             | Knob::Quantiles
-            | Knob::HashIndex(_) => {}
+            | Knob::HashIndex(_)
+            | Knob::Faithful(_) => {}
         }
     }
     let mut o = options_for(preset, &s);
@@ -230,6 +235,7 @@ pub fn options_for_spec(preset: Preset, spec: &str, setup: &EngineSetup) -> Resu
             Knob::Capacity(n) => o.rangetab_capacity_bytes = n,
             Knob::Prefix(n) => o.rangetab_prefix_bytes = n as usize,
             Knob::HashIndex(on) => o.rangetab_hash_index = on,
+            Knob::Faithful(on) => o.rangetab_faithful_picker = on,
             _ => {}
         }
     }

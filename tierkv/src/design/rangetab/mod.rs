@@ -88,8 +88,10 @@
 //! * α = 0.75 is ours (the paper gives none). "Low load" is measured on
 //!   the admitted write rate (the paper: CPU and I/O load).
 //! * Every sealed buffer is a step-1 candidate, and steps 2–3 seal the
-//!   write buffer they take (the paper's picker takes only buffers past
-//!   β, which would leave a buffer sealed below β unmerged forever).
+//!   write buffer they take (sound, the default); the paper's picker takes
+//!   only sealed buffers, step 1 only those past β
+//!   (`rangetab_faithful_picker`), which can leave a buffer sealed below
+//!   α unmerged while its sibling fills (`picker.rs`).
 //! * L1 = PM size (flattened); the paper grows L0 keeping level ratios.
 //! * No sequential bypass (§V-B-1b: sequential writes pass through PM).
 //! * `regions` > 1 is refused: RangeTabs already partition the key space.
@@ -757,6 +759,7 @@ impl RangeTab {
                 mu: opts.rangetab_mu,
                 gamma: opts.rangetab_gamma,
                 low_load_fraction: opts.rangetab_low_load_fraction,
+                faithful: opts.rangetab_faithful_picker,
             },
             leveled: Classic::new(opts),
             hash_index: opts.rangetab_hash_index,

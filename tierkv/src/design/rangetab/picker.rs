@@ -20,6 +20,16 @@
 //!    generation, so the picker stays a function of its inputs.
 //! 5. Otherwise nothing.
 //!
+//! `Options::rangetab_faithful_picker` selects the paper's picker as
+//! written instead: it takes sealed buffers only (the paper merges a
+//! buffer once it is in compaction state), step 1 only those past β,
+//! step 2 sealed ones at α, step 3 sealed ones in (μ, α). A buffer sealed
+//! below α because the next chunk did not fit is then picked by no step
+//! unless the average reaches α or the load drops: its sibling fills, the
+//! flush waits, and after a minute merges the RangeTab into L1 itself.
+//! Steps 2 and 3 of the sound picker (the default) take write buffers
+//! instead, and every sealed buffer is a step-1 candidate.
+//!
 //! Steps 2 and 3 take write buffers: the task lists them in
 //! [`MergePlan::seal`] and the job seals them (an edit) before merging.
 //! They are not picked while a flush runs (the flush could append to the
@@ -61,6 +71,8 @@ pub struct Thresholds {
     pub gamma: f64,
     /// Low load: rate ≤ this × peak.
     pub low_load_fraction: f64,
+    /// The paper's picker as written (module docs).
+    pub faithful: bool,
 }
 
 /// What a RangeTab merge takes, carried from the picker to the job.
@@ -136,14 +148,16 @@ fn sealed_prefix(rt: &RtView, r: u32) -> Vec<&Buf> {
         .collect()
 }
 
-/// Step 1.
-pub fn pick_beta(rt: &RtView, v: &Version, cx: &PickContext) -> Option<Task> {
+/// Step 1 (`beta`: only buffers past β, the faithful picker; 0: every
+/// sealed buffer).
+pub fn pick_beta(rt: &RtView, v: &Version, cx: &PickContext, beta: f64) -> Option<Task> {
     let cap = rt.layout.capacity_bytes as f64;
     let mut cands: Vec<(f64, u32)> = (0..rt.layout.count)
         .filter_map(|r| {
             let sealed = sealed_prefix(rt, r);
             let first = sealed.first()?;
-            Some((first.used() as f64 / cap, r))
+            let ratio = first.used() as f64 / cap;
+            (ratio >= beta).then_some((ratio, r))
         })
         .collect();
     cands.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
@@ -270,7 +284,8 @@ pub fn pick(
     v: &Version,
     cx: &PickContext,
 ) -> Option<Task> {
-    if let Some(t) = pick_beta(rt, v, cx) {
+    let beta = if th.faithful { th.beta } else { 0.0 };
+    if let Some(t) = pick_beta(rt, v, cx, beta) {
         return Some(t);
     }
     if let Some((score, t)) = pick_leveled(leveled, v, cx) {
@@ -278,7 +293,65 @@ pub fn pick(
             return Some(t);
         }
     }
+    if th.faithful {
+        return pick_sealed(th, rt, v, cx);
+    }
     pick_alpha(th, rt, v, cx).or_else(|| pick_mu(th, rt, v, cx))
+}
+
+/// Steps 2–3 of the faithful picker: sealed buffers only. The ratio of a
+/// RangeTab is its oldest sealed buffer's fill; the triggers average it
+/// over all RangeTabs.
+fn pick_sealed(th: &Thresholds, rt: &RtView, v: &Version, cx: &PickContext) -> Option<Task> {
+    let cap = rt.layout.capacity_bytes as f64;
+    let n = rt.layout.count;
+    let ratio = |r: u32| {
+        sealed_prefix(rt, r)
+            .first()
+            .map_or(0.0, |b| b.used() as f64 / cap)
+    };
+    let avg = (0..n).map(ratio).sum::<f64>() / f64::from(n.max(1));
+    if avg >= th.alpha {
+        let mut cands: Vec<(f64, u32)> = (0..n)
+            .filter(|&r| ratio(r) >= th.alpha)
+            .filter_map(|r| {
+                let b = *sealed_prefix(rt, r).first()?;
+                let t = b.table.as_ref()?;
+                let l1 = v
+                    .overlapping(1, Some(t.smallest_user_key()), Some(t.largest_user_key()))
+                    .len();
+                Some((b.used() as f64 / l1.max(1) as f64, r))
+            })
+            .collect();
+        cands.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        if let Some(t) = cands
+            .into_iter()
+            .find_map(|(_, r)| merge_task(v, cx, ALPHA, &sealed_prefix(rt, r), Vec::new()))
+        {
+            return Some(t);
+        }
+    }
+    if low_load(th, cx) && avg >= th.mu && !(0..n).any(|r| ratio(r) >= th.alpha) {
+        let bufs: Vec<&Buf> = (0..n)
+            .filter(|&r| ratio(r) > th.mu && ratio(r) < th.alpha)
+            .flat_map(|r| sealed_prefix(rt, r))
+            .collect();
+        let limit = (th.gamma * cap) as u64;
+        let mut total = 0;
+        let mut take: Vec<&Buf> = Vec::new();
+        for b in bufs {
+            if take.last().is_some_and(|l| l.r + 1 < b.r && l.r != b.r) {
+                break; // adjacent RangeTabs only
+            }
+            if total + b.used() > limit {
+                break;
+            }
+            total += b.used();
+            take.push(b);
+        }
+        return merge_task(v, cx, MU, &take, Vec::new());
+    }
+    None
 }
 
 /// `compact_range` of L0 over `[lo, hi]`: every filled buffer of each
