@@ -52,6 +52,10 @@ struct Setup {
     /// Design-specific options on top of the harness's (e.g. TLSM's
     /// policy and variant).
     tweak: fn(&mut Options),
+    /// `rangetab`: explicit boundaries splitting the key space evenly
+    /// (false: the fallback, quantiles of the first flush, and binary
+    /// search instead of the hash index).
+    rangetab_bounds: bool,
 }
 
 impl Setup {
@@ -69,6 +73,7 @@ impl Setup {
             ssts_per_memtable: 1,
             l0_batch: 1,
             tweak: |_| {},
+            rangetab_bounds: true,
         }
     }
 }
@@ -229,6 +234,17 @@ impl Harness {
             o.pm_container_limit_bytes = 24 << 10;
         }
         (self.setup.tweak)(&mut o);
+        if self.setup.design == Preset::RangeTab {
+            // Eight RangeTabs of two 96 KiB buffers: a 64 KiB memtable
+            // gives each about 8 KiB, so buffers seal and merge often.
+            o.rangetab_count = 8;
+            o.rangetab_capacity_bytes = 96 << 10;
+            if self.setup.rangetab_bounds {
+                o.rangetab_boundaries = (1..8).map(|i| key(self.setup.keys * i / 8)).collect();
+            } else {
+                o.rangetab_hash_index = false;
+            }
+        }
         o
     }
 
@@ -570,6 +586,9 @@ model_test!(classic_regions_pm_wal, Preset::Classic, pm_wal: true, seeds: &[47, 
 model_test!(vlsm_regions_hash, Preset::Vlsm, pm_wal: false, seeds: &[51, 52, 53], keys: 4000, regions: 4);
 model_test!(vlsm_regions_range, Preset::Vlsm, pm_wal: false, seeds: &[54, 55, 56], keys: 4000, regions: 4, range_routing: true);
 model_test!(triangle_pm_wal, Preset::Triangle, pm_wal: true, seeds: &[21, 22, 23, 24]);
+model_test!(rangetab_pm_wal, Preset::RangeTab, pm_wal: true, seeds: &[61, 62, 63, 64]);
+model_test!(rangetab_quantiles, Preset::RangeTab, pm_wal: true, seeds: &[65, 66], rangetab_bounds: false);
+model_test!(rangetab_background_only, Preset::RangeTab, pm_wal: true, seeds: &[67, 68], compact_range: false);
 model_test!(matrix_pm_wal, Preset::Matrix, pm_wal: true, seeds: &[31, 32, 33, 34]);
 model_test!(triangle_regions_range, Preset::Triangle, pm_wal: true, seeds: &[25, 26], regions: 4, range_routing: true);
 model_test!(matrix_regions_hash, Preset::Matrix, pm_wal: true, seeds: &[35, 36], regions: 4);

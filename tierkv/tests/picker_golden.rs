@@ -51,6 +51,16 @@
 //! `apply` of a TLSM task writes skip lists where the job would (link and
 //! copy compactions, copy-forwards), SSTs elsewhere, and an evicted list
 //! becomes an SST at its level.
+//!
+//! RangeKV (`define design=rangetab rt=N cap=SIZE bounds=k1,k2,...`, and
+//! `beta=`, `alpha=`, `mu=`, `gamma=`, `faithful=1` for the paper's
+//! picker as written): L0 tables are buffer tables
+//! `r.slot:state:bytes:lo-hi[@seq]` (state `write` or `sealed`; buffers
+//! not listed are init; within a RangeTab the buffer with the larger seq
+//! is the younger). Only metadata and state records: the picker reads no
+//! PM. `pick rate=R peak=P flushing=1 gen=G` gives the load figures, a
+//! flush in flight and the version generation (step 3's seed); `apply` of
+//! a RangeTab merge also resets the merged buffers to init.
 //! Regenerate expected outputs with `TIERKV_REGENERATE=1 cargo test --test picker_golden`.
 
 use std::collections::HashSet;
@@ -62,6 +72,11 @@ use tierkv::compaction::vsst::VsstParams;
 use tierkv::design::container::rowtable::{self, BuildParams, PageSource, RowTable};
 use tierkv::design::container::{side_edit, victim_windows, Container, ContainerState, SidePlan};
 use tierkv::design::matrix::Matrix;
+use tierkv::design::rangetab::layout::{
+    buffer_tag, BufferRecord, Layout, RtView, Source, State, LAYOUT_TAG,
+};
+use tierkv::design::rangetab::picker::{average_ratio, MergePlan};
+use tierkv::design::rangetab::RangeTab;
 use tierkv::design::tlsm::format::DataRef;
 use tierkv::design::tlsm::picker as tlsm_picker;
 use tierkv::design::tlsm::refs::ListRefs;
@@ -130,6 +145,8 @@ struct Script {
     last: Option<Task>,
     next_id: u64,
     ctx: Arc<TableContext>,
+    /// The RangeTab layout of a `design=rangetab` script.
+    rt: Option<Arc<Layout>>,
 }
 
 /// Base-26 value of a lowercase key.
@@ -191,7 +208,83 @@ impl Script {
             last: None,
             next_id: 1,
             ctx: Self::fresh_ctx(),
+            rt: None,
         }
+    }
+
+    /// A RangeTab buffer table `r.slot:state:bytes:lo-hi[@seq]`; records
+    /// its state (order from the seqno: set by `order_buffers`).
+    fn rt_table(&mut self, spec: &str) -> Arc<TableHandle> {
+        let layout = Arc::clone(self.rt.as_ref().expect("rangetab layout"));
+        let mut f = spec.split(':');
+        let (r, slot) = f
+            .next()
+            .and_then(|b| b.split_once('.'))
+            .map(|(r, s)| (r.parse::<u32>().expect("r"), s.parse::<u8>().expect("slot")))
+            .expect("r.slot");
+        let state = match f.next().expect("state") {
+            "write" => State::Write,
+            "sealed" => State::Sealed,
+            other => panic!("buffer state {other}"),
+        };
+        let size = parse_size(f.next().expect("bytes"));
+        let range = f.next().expect("lo-hi");
+        let (range, seq) = match range.split_once('@') {
+            Some((r, q)) => (r, q.parse::<u64>().expect("seq")),
+            None => (range, self.next_id * 10),
+        };
+        let (lo, hi) = range.split_once('-').expect("range a-b");
+        let id = self.next_id;
+        self.next_id += 1;
+        let rec = BufferRecord {
+            state,
+            order: seq,
+            chunks: 1,
+        };
+        self.version
+            .design_state
+            .insert(buffer_tag(r, slot), rec.encode());
+        TableHandle::new(
+            TableMeta {
+                id,
+                tier: Tier::Pm,
+                format: TableFormat::RangeTab,
+                size_bytes: size,
+                smallest: make_internal_key(lo.as_bytes(), seq, Kind::Put),
+                largest: make_internal_key(hi.as_bytes(), seq, Kind::Put),
+                seq_min: seq,
+                seq_max: seq,
+                entries: 1,
+                deletions: 0,
+                pm_pages: vec![layout.run(r, slot)],
+            },
+            Arc::clone(&self.ctx),
+        )
+    }
+
+    fn show_rangetabs(&self) -> String {
+        let Some(layout) = &self.rt else {
+            return String::new();
+        };
+        let rt = match RtView::of(&self.version, Arc::clone(layout)) {
+            Ok(rt) => rt,
+            Err(e) => return format!("rangetabs: {e}\n"),
+        };
+        let mut s = String::from("rangetabs:");
+        for r in 0..layout.count {
+            let bufs: Vec<String> = rt
+                .pair(r)
+                .iter()
+                .map(|b| match b.rec.state {
+                    State::Init => "-".to_string(),
+                    State::Write => format!("W{}", fmt_size(b.used())),
+                    State::Sealed => format!("S{}", fmt_size(b.used())),
+                })
+                .collect();
+            let _ = write!(s, " {r}[{}]", bufs.join(" "));
+        }
+        let _ = writeln!(s, " avg={:.2}", average_ratio(&rt));
+        s
     }
 
     fn fresh_ctx() -> Arc<TableContext> {
@@ -360,6 +453,7 @@ impl Script {
             s.push_str("empty\n");
         }
         s.push_str(&self.show_container());
+        s.push_str(&self.show_rangetabs());
         s
     }
 
@@ -390,6 +484,18 @@ impl Script {
             );
             if p.compactor_seq > 0 {
                 let _ = write!(s, " compactor<={}", p.compactor_seq);
+            }
+        }
+        if let Some(p) = MergePlan::of(t) {
+            let rs: Vec<String> = p.rangetabs.iter().map(|r| r.to_string()).collect();
+            let _ = write!(s, " rangetabs {}", rs.join(","));
+            if !p.seal.is_empty() {
+                let seal: Vec<String> = p
+                    .seal
+                    .iter()
+                    .map(|(r, slot, id)| format!("{r}.{slot}#{id}"))
+                    .collect();
+                let _ = write!(s, " seal {}", seal.join(","));
             }
         }
         if !t.grandparents.is_empty() {
@@ -442,17 +548,31 @@ impl Script {
                             o.tlsm.variant =
                                 tierkv::options::TlsmVariant::from_name(v).expect("variant")
                         }
-                        "cap" => o.tlsm.lru_capacity_bytes = parse_size(v),
                         "cf" => {
                             o.tlsm.copy_forward_live_ratio =
                                 v.parse::<f64>().expect("percent") / 100.0
                         }
+                        "rt" => o.rangetab_count = v.parse().expect("n"),
+                        "cap" if o.design == Preset::Tlsm => {
+                            o.tlsm.lru_capacity_bytes = parse_size(v)
+                        }
+                        "cap" => o.rangetab_capacity_bytes = parse_size(v),
+                        "bounds" => {
+                            o.rangetab_boundaries =
+                                v.split(',').map(|b| b.as_bytes().to_vec()).collect()
+                        }
+                        "beta" => o.rangetab_beta = v.parse().expect("x"),
+                        "alpha" => o.rangetab_alpha = v.parse().expect("x"),
+                        "mu" => o.rangetab_mu = v.parse().expect("x"),
+                        "gamma" => o.rangetab_gamma = v.parse().expect("x"),
+                        "faithful" => o.rangetab_faithful_picker = *v == "1",
                         other => panic!("unknown define option {other}"),
                     }
                 }
                 self.ctx = Self::fresh_ctx();
                 self.pm = None;
                 self.tlsm = None;
+                self.rt = None;
                 if o.design == Preset::Tlsm {
                     if !args.iter().any(|(k, _)| *k == "mem") {
                         o.memtable_size_bytes = 400 << 10;
@@ -465,6 +585,27 @@ impl Script {
                     t.install(&self.ctx);
                     self.tlsm = Some(Arc::clone(&t));
                     self.design = t;
+                } else if o.design == Preset::RangeTab {
+                    // Metadata only: buffer runs at made-up pages.
+                    let sim: Arc<dyn PmRegion> = Arc::new(SimRegion::new(pm_bytes as usize));
+                    o.pm_region = Some(Arc::clone(&sim));
+                    o.pm_size_bytes = pm_bytes;
+                    let tier = Arc::new(PmTier::open(sim).expect("PM tier"));
+                    let d = Arc::new(RangeTab::new(&o, tier).expect("design"));
+                    d.install(&self.ctx);
+                    self.design = d;
+                    let n = o.rangetab_boundaries.len() as u32 + 1;
+                    let cap = o.rangetab_capacity_bytes;
+                    let pages = (64 + cap).div_ceil(4096);
+                    let layout = Layout::new(
+                        n,
+                        cap,
+                        pages,
+                        (0..2 * u64::from(n)).map(|i| 100 + i * pages).collect(),
+                        Source::Option,
+                        o.rangetab_boundaries.clone(),
+                    );
+                    self.rt = Some(Arc::new(layout));
                 } else if o.design.needs_pm() {
                     if !args.iter().any(|(k, _)| *k == "mem") {
                         o.memtable_size_bytes = 64 << 10;
@@ -493,6 +634,9 @@ impl Script {
                 }
                 self.opts = o.clone();
                 self.version = Version::empty(o.level_count);
+                if let Some(l) = &self.rt {
+                    self.version.design_state.insert(LAYOUT_TAG, l.encode());
+                }
                 self.busy.clear();
                 self.next_id = 1;
                 let mut rows: Vec<&str> = Vec::new();
@@ -502,6 +646,11 @@ impl Script {
                     for spec in tables.split_whitespace() {
                         if level == 0 && self.pm.is_some() {
                             rows.push(spec);
+                            continue;
+                        }
+                        if level == 0 && self.rt.is_some() {
+                            let t = self.rt_table(spec);
+                            self.version.levels[0].push(t);
                             continue;
                         }
                         let t = self.table(spec);
@@ -536,27 +685,34 @@ impl Script {
                 self.resort();
                 self.show_version()
             }
-            "pick" => match self.design.pick(&self.version, &{
-                let mut cx = PickContext::idle(&self.busy);
-                for (k, v) in &args {
-                    match *k {
-                        "free" => cx.pm_free_bytes = Some(parse_size(v)),
-                        "cap" => cx.pm_capacity_bytes = Some(parse_size(v)),
-                        other => panic!("unknown pick option {other}"),
+            "pick" => {
+                let picked = {
+                    let mut cx = PickContext::idle(&self.busy);
+                    for (k, v) in &args {
+                        match *k {
+                            "rate" => cx.write_bytes_per_sec = parse_size(v) as f64,
+                            "peak" => cx.write_bytes_per_sec_peak = parse_size(v) as f64,
+                            "flushing" => cx.flush_running = *v == "1",
+                            "gen" => self.version.generation = v.parse().expect("n"),
+                            "free" => cx.pm_free_bytes = Some(parse_size(v)),
+                            "cap" => cx.pm_capacity_bytes = Some(parse_size(v)),
+                            other => panic!("unknown pick option {other}"),
+                        }
+                    }
+                    self.design.pick(&self.version, &cx)
+                };
+                match picked {
+                    Some(t) => {
+                        let s = Self::show_task(&t);
+                        self.last = Some(t);
+                        s
+                    }
+                    None => {
+                        self.last = None;
+                        "none\n".into()
                     }
                 }
-                cx
-            }) {
-                Some(t) => {
-                    let s = Self::show_task(&t);
-                    self.last = Some(t);
-                    s
-                }
-                None => {
-                    self.last = None;
-                    "none\n".into()
-                }
-            },
+            }
             "row" => {
                 // A flush into the container: a new newest row.
                 let pred = self.version.levels[0].first().map(|t| {
@@ -666,6 +822,13 @@ impl Script {
                 }
                 if self.tlsm.is_some() {
                     return self.apply_tlsm(&task);
+                }
+                if let Some(plan) = MergePlan::of(&task) {
+                    for &(r, slot) in &plan.buffers {
+                        self.version
+                            .design_state
+                            .insert(buffer_tag(r, slot), BufferRecord::INIT.encode());
+                    }
                 }
                 // Inputs joined into groups while their key ranges meet.
                 let mut all: Vec<Arc<TableHandle>> = Vec::new();
