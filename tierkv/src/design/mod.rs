@@ -32,17 +32,22 @@
 //! * **[`Design::install`]** registers, before recovery reads any table,
 //!   how the design's PM tables are opened and read (`TableContext`).
 //! * **[`Design::recover`]**, the recovery hook: called once at open after
-//!   the MANIFEST is read and before the engine reconciles the PM
-//!   allocator and replays logs. The design may inspect its PM structures
-//!   and return edits (a resumed compaction, an adopted log); the engine
-//!   applies them, in order, before anything else changes. It must be
-//!   idempotent: a crash before its edits are durable repeats it.
+//!   the MANIFEST is read and the PM allocator reconciled with it (so the
+//!   hook may allocate: pages a crash leaked are free again), before logs
+//!   are replayed. The design may inspect its PM structures and return
+//!   edits (a resumed compaction, an adopted log); the engine applies
+//!   them, in order, before anything else changes, then reconciles the
+//!   allocator again and raises its last seqno to cover every table the
+//!   edits added (an adopted log holds seqnos no MANIFEST record saw). It
+//!   must be idempotent: a crash before its edits are durable repeats it.
 //! * **[`Design::live_pm_runs`]**: PM the design owns beyond the page runs
 //!   its tables list in `meta.pm_pages` (an arena being filled, buffers
 //!   kept between merges, the slot page of an in-flight job, the logs the
 //!   MANIFEST lists for a design-owned log). The engine counts them live
 //!   when it rebuilds the allocator at open (`PmTier::reconcile`); every
 //!   page neither a table, an engine PM WAL nor this list names is freed.
+//!   A run listed by several tables (or by a table and this list) counts
+//!   once; runs that overlap without being equal are an error.
 //! * **[`Design::release`]**: told when a PM table no version references
 //!   any more is released (after the edit removing it is durable and its
 //!   last handle is gone). The engine frees the runs the handle was the
