@@ -28,4 +28,4 @@ pub use batch::WriteBatch;
 pub use db::{Db, ReadOptions, Snapshot, WriteOptions};
 pub use error::{Error, Result};
 pub use iter::DbIterator;
-pub use options::{Options, PmBackend, Preset, WalPlacement, WalRecovery};
+pub use options::{NvAppend, NvRelink, Options, PmBackend, Preset, WalPlacement, WalRecovery};

@@ -89,6 +89,7 @@ pub mod classic;
 pub mod container;
 pub mod leveled;
 pub mod matrix;
+pub mod nvcache;
 pub mod triangle;
 pub mod vlsm;
 
@@ -458,8 +459,9 @@ pub fn build(opts: &Options, pm: Option<Arc<PmTier>>) -> Result<Arc<dyn Design>>
         Preset::Triangle => Ok(Arc::new(triangle::triangle(opts, need_pm(pm)?)?)),
         Preset::Matrix => Ok(Arc::new(matrix::matrix(opts, need_pm(pm)?)?)),
         Preset::Vlsm => Ok(Arc::new(vlsm::Vlsm::new(opts))),
+        Preset::NvCache => Ok(Arc::new(nvcache::nvcache(opts, need_pm(pm)?)?)),
         other => Err(crate::Error::InvalidOptions(format!(
-            "design `{other}` is not available in this build of tierkv (available: classic, matrix, triangle, vlsm)"
+            "design `{other}` is not available in this build of tierkv (available: classic, matrix, nvcache, triangle, vlsm)"
         ))),
     }
 }
