@@ -49,6 +49,15 @@ struct Setup {
     ssts_per_memtable: usize,
     /// `Options::vlsm_l0_batch_ssts`.
     l0_batch: usize,
+    /// nvcache: `Options::nvcache_cache_bytes` (0: the default).
+    nv_cache: u64,
+    /// nvcache: `Options::nvcache_pm_levels` (0: the default).
+    nv_levels: usize,
+    /// nvcache: the paper's readings (entry-by-entry appends, one
+    /// unbounded output per list compaction, no copy-out).
+    nv_paper: bool,
+    /// nvcache: `NvRelink::ArrayOnly`.
+    nv_array_only: bool,
 }
 
 impl Setup {
@@ -65,6 +74,10 @@ impl Setup {
             range_routing: false,
             ssts_per_memtable: 1,
             l0_batch: 1,
+            nv_cache: 0,
+            nv_levels: 0,
+            nv_paper: false,
+            nv_array_only: false,
         }
     }
 }
@@ -223,6 +236,20 @@ impl Harness {
             // small enough that these few MB cycle through it many times.
             o.l1_size_bytes = 1 << 20;
             o.pm_container_limit_bytes = 24 << 10;
+        }
+        if self.setup.design == Preset::NvCache {
+            // A cache small enough that evictions to SSD run all along.
+            o.l1_size_bytes = 256 << 10;
+            o.nvcache_cache_bytes = self.setup.nv_cache;
+            o.nvcache_pm_levels = self.setup.nv_levels;
+            if self.setup.nv_paper {
+                o.nvcache_append = tierkv::NvAppend::PerEntry;
+                o.nvcache_table_bytes = u64::MAX;
+                o.nvcache_copy_out_percent = 0;
+            }
+            if self.setup.nv_array_only {
+                o.nvcache_relink = tierkv::NvRelink::ArrayOnly;
+            }
         }
         o
     }
@@ -568,3 +595,7 @@ model_test!(triangle_pm_wal, Preset::Triangle, pm_wal: true, seeds: &[21, 22, 23
 model_test!(matrix_pm_wal, Preset::Matrix, pm_wal: true, seeds: &[31, 32, 33, 34]);
 model_test!(triangle_regions_range, Preset::Triangle, pm_wal: true, seeds: &[25, 26], regions: 4, range_routing: true);
 model_test!(matrix_regions_hash, Preset::Matrix, pm_wal: true, seeds: &[35, 36], regions: 4);
+model_test!(nvcache, Preset::NvCache, pm_wal: true, seeds: &[61, 62, 63, 64], keys: 2000, nv_cache: 384 << 10);
+model_test!(nvcache_background_only, Preset::NvCache, pm_wal: true, seeds: &[65, 66], keys: 2000, nv_cache: 384 << 10, compact_range: false);
+model_test!(nvcache_paper, Preset::NvCache, pm_wal: true, seeds: &[67, 68], keys: 2000, nv_cache: 384 << 10, nv_paper: true);
+model_test!(nvcache_array_only_3_levels, Preset::NvCache, pm_wal: true, seeds: &[69, 70], keys: 2000, nv_cache: 1 << 20, nv_levels: 3, nv_array_only: true);
