@@ -39,6 +39,17 @@
 //! side applies the design's own container edit (consumed range, freed
 //! extents, deleted rows) and replaces the L1 inputs by one table;
 //! `row <spec>` flushes one more row on top of L0.
+//!
+//! NV-Cache (`define design=nvcache`, with `pm=`, `mem=`, `cache=` the
+//! cache budget, `pm_levels=`): tables of the PM levels (L0..=K) are
+//! NVTable metadata, `lo-hi[@seq][:size][/s1+s2+…]` — the named segments
+//! (`sN` is a 64-page run, shared by every table that names it) after the
+//! table's own one-page array run; the picker reads nothing else. `nv`
+//! prints K, the cache budget and the cache's allocated and live bytes;
+//! `pick free=SIZE` passes the free PM the engine would see; `apply` of a
+//! task into a PM level makes one NVTable per key-connected group listing
+//! every segment its inputs listed (a list compaction moves nodes, not
+//! data), and into SSD one SST.
 //! Regenerate expected outputs with `TIERKV_REGENERATE=1 cargo test --test picker_golden`.
 
 use std::collections::HashSet;
@@ -50,6 +61,7 @@ use tierkv::compaction::vsst::VsstParams;
 use tierkv::design::container::rowtable::{self, BuildParams, PageSource, RowTable};
 use tierkv::design::container::{side_edit, victim_windows, Container, ContainerState, SidePlan};
 use tierkv::design::matrix::Matrix;
+use tierkv::design::nvcache::NvCache;
 use tierkv::design::triangle::Triangle;
 use tierkv::design::{Design, PickContext, Task, TaskKind};
 use tierkv::key::{make_internal_key, Kind};
@@ -112,6 +124,8 @@ struct Script {
     last: Option<Task>,
     next_id: u64,
     ctx: Arc<TableContext>,
+    /// NV-Cache under test (its PM levels hold NVTable metadata).
+    nv: Option<Arc<NvCache>>,
 }
 
 /// Base-26 value of a lowercase key.
@@ -172,7 +186,49 @@ impl Script {
             last: None,
             next_id: 1,
             ctx: Self::fresh_ctx(),
+            nv: None,
         }
+    }
+
+    /// True if `level` holds NVTables (NV-Cache's PM levels).
+    fn nv_level(&self, level: usize) -> bool {
+        self.nv
+            .as_ref()
+            .is_some_and(|d| level <= d.shape().lowest_pm)
+    }
+
+    /// An NVTable's metadata from `lo-hi[@seq][:size][/s1+s2+…]`.
+    fn nv_table(&mut self, spec: &str) -> Arc<TableHandle> {
+        let (spec, segs) = match spec.split_once('/') {
+            Some((t, s)) => (t, s),
+            None => (spec, ""),
+        };
+        let t = self.table(spec);
+        let mut meta = t.meta.clone();
+        drop(t);
+        meta.tier = Tier::Pm;
+        meta.format = TableFormat::NvTable;
+        meta.entries = (meta.size_bytes / 1024).max(1);
+        meta.pm_pages = vec![PageRun {
+            first: 100_000 + meta.id,
+            count: 1,
+        }];
+        for seg in segs.split('+').filter(|s| !s.is_empty()) {
+            let n: u64 = seg.trim_start_matches('s').parse().expect("segment sN");
+            meta.pm_pages.push(PageRun {
+                first: 1000 + 64 * n,
+                count: 64,
+            });
+        }
+        TableHandle::new(meta, Arc::clone(&self.ctx))
+    }
+
+    fn segment_names(t: &TableHandle) -> String {
+        t.meta.pm_pages[1..]
+            .iter()
+            .map(|r| format!("s{}", (r.first - 1000) / 64))
+            .collect::<Vec<_>>()
+            .join("+")
     }
 
     fn fresh_ctx() -> Arc<TableContext> {
@@ -317,7 +373,9 @@ impl Script {
                     t.meta.seq_max,
                     fmt_size(t.meta.size_bytes)
                 );
-                if t.meta.tier == Tier::Pm {
+                if t.meta.format == TableFormat::NvTable {
+                    let _ = write!(s, "/{}", Self::segment_names(t));
+                } else if t.meta.tier == Tier::Pm {
                     let _ = write!(s, "/{}runs", t.meta.pm_pages.len());
                 }
             }
@@ -400,12 +458,26 @@ impl Script {
                         "l0_batch" => o.vlsm_l0_batch_ssts = v.parse().expect("n"),
                         "l1_size" => o.vlsm_l1_size_bytes = Some(parse_size(v)),
                         "vsst" => o.vsst = Some(*v == "on"),
+                        "cache" => o.nvcache_cache_bytes = parse_size(v),
+                        "pm_levels" => o.nvcache_pm_levels = v.parse().expect("n"),
                         other => panic!("unknown define option {other}"),
                     }
                 }
                 self.ctx = Self::fresh_ctx();
                 self.pm = None;
-                if o.design.needs_pm() {
+                self.nv = None;
+                if o.design == Preset::NvCache {
+                    if !args.iter().any(|(k, _)| *k == "mem") {
+                        o.memtable_size_bytes = 4 << 20;
+                    }
+                    let sim: Arc<dyn PmRegion> = Arc::new(SimRegion::new(pm_bytes as usize));
+                    o.pm_region = Some(Arc::clone(&sim));
+                    o.pm_size_bytes = pm_bytes;
+                    let tier = Arc::new(PmTier::open(sim).expect("PM tier"));
+                    let d = Arc::new(NvCache::new(&o, tier).expect("design"));
+                    self.design = Arc::clone(&d) as Arc<dyn Design>;
+                    self.nv = Some(d);
+                } else if o.design.needs_pm() {
                     if !args.iter().any(|(k, _)| *k == "mem") {
                         o.memtable_size_bytes = 64 << 10;
                     }
@@ -444,7 +516,11 @@ impl Script {
                             rows.push(spec);
                             continue;
                         }
-                        let t = self.table(spec);
+                        let t = if self.nv_level(level) {
+                            self.nv_table(spec)
+                        } else {
+                            self.table(spec)
+                        };
                         self.version.levels[level].push(t);
                     }
                 }
@@ -476,10 +552,14 @@ impl Script {
                 self.resort();
                 self.show_version()
             }
-            "pick" => match self
-                .design
-                .pick(&self.version, &PickContext::idle(&self.busy))
-            {
+            "pick" => match self.design.pick(&self.version, &{
+                let mut cx = PickContext::idle(&self.busy);
+                if let Some((_, v)) = args.iter().find(|(k, _)| *k == "free") {
+                    cx.pm_free_bytes = Some(parse_size(v));
+                    cx.pm_capacity_bytes = Some(self.opts.pm_size_bytes);
+                }
+                cx
+            }) {
                 Some(t) => {
                     let s = Self::show_task(&t);
                     self.last = Some(t);
@@ -555,6 +635,29 @@ impl Script {
                     for t in all {
                         self.version.levels[task.output_level].push(t);
                     }
+                } else if self.nv_level(task.output_level) {
+                    // A list compaction: the outputs list the inputs' segments.
+                    for (lo, hi, bytes, seq) in groups {
+                        let segs: std::collections::BTreeSet<u64> = all
+                            .iter()
+                            .filter(|t| {
+                                t.smallest_user_key() <= hi.as_slice()
+                                    && t.largest_user_key() >= lo.as_slice()
+                            })
+                            .flat_map(|t| {
+                                t.meta.pm_pages[1..].iter().map(|r| (r.first - 1000) / 64)
+                            })
+                            .collect();
+                        let names: Vec<String> = segs.iter().map(|n| format!("s{n}")).collect();
+                        let spec = format!(
+                            "{}-{}@{seq}:{bytes}/{}",
+                            String::from_utf8_lossy(&lo),
+                            String::from_utf8_lossy(&hi),
+                            names.join("+")
+                        );
+                        let t = self.nv_table(&spec);
+                        self.version.levels[task.output_level].push(t);
+                    }
                 } else {
                     for (lo, hi, bytes, seq) in groups {
                         let spec = format!(
@@ -607,6 +710,28 @@ impl Script {
                 format!("{:?}\n", self.design.write_control(&self.version, imm))
             }
             "debt" => format!("{}\n", self.design.debt(&self.version)),
+            "nv" => {
+                let d = self.nv.as_ref().expect("design=nvcache");
+                let sh = d.shape();
+                let (alloc, live) = sh.cache_usage(&self.version);
+                // Exact to the KiB where a MiB would round.
+                let exact = |b: u64| {
+                    if b.is_multiple_of(1 << 20) {
+                        fmt_size(b)
+                    } else {
+                        format!("{}K", b >> 10)
+                    }
+                };
+                format!(
+                    "K={} cache={} allocated={} live={} reserve={} segment={}\n",
+                    sh.lowest_pm,
+                    exact(sh.cache_bytes),
+                    exact(alloc),
+                    exact(live),
+                    exact(sh.write_reserve_bytes),
+                    exact(d.segment_bytes())
+                )
+            }
             other => panic!("unknown command {other}"),
         }
     }

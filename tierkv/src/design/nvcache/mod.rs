@@ -251,6 +251,12 @@ impl NvCache {
                     opts.nvcache_cache_bytes
                 )));
             }
+            if opts.nvcache_cache_bytes < 2 * segment_bytes {
+                return Err(Error::InvalidOptions(format!(
+                    "`nvcache_cache_bytes` = {} must hold at least two segments of {segment_bytes} bytes",
+                    opts.nvcache_cache_bytes
+                )));
+            }
             opts.nvcache_cache_bytes
         } else {
             capacity.saturating_sub(logs + write_bytes)
