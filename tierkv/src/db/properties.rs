@@ -63,6 +63,7 @@ impl Inner {
                     .to_string(),
             ),
             "tierkv.design" => Some(self.opts.design.name().to_string()),
+            "tierkv.design-stats" => self.design.describe(&vs),
             _ => {
                 let n = name.strip_prefix("tierkv.num-files-at-level")?;
                 let level: usize = n.parse().ok()?;

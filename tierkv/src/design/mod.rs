@@ -71,6 +71,11 @@
 //!   (`MemTable::log_number`; e.g. its pages become the new table's
 //!   `pm_pages`), its `recover` adopts the logs a crash left listed, and
 //!   its `live_pm_runs` declares the pages of the listed logs.
+//! * **[`Design::describe`]**: the design's own figures for people (e.g.
+//!   NV-Cache's cache occupancy, allocated against live PM bytes), given
+//!   every region's current version; `Db::property("tierkv.design-stats")`
+//!   returns them. It reads, never changes, anything. The default: none.
+//!
 //! # Rules every design keeps
 //!
 //! 1. A table's metadata never changes under its id: a PM table that grows
@@ -428,6 +433,13 @@ pub trait Design: Send + Sync {
     /// A number that grows while the LSM falls behind (RocksDB adjusts the
     /// delayed write rate on it): L0 files plus pending compaction bytes in MB.
     fn debt(&self, v: &Version) -> u64;
+
+    /// The design's own figures, as text (module doc); `None` (the
+    /// default): nothing beyond the engine's stats.
+    fn describe(&self, versions: &[Arc<Version>]) -> Option<String> {
+        let _ = versions;
+        None
+    }
 
     /// Input bytes per level of a task, for stats. The default sums the
     /// input tables; a design whose tasks take only part of a table (a key
