@@ -564,4 +564,56 @@ impl Design for NvCache {
     fn debt(&self, v: &Version) -> u64 {
         self.shape.debt(v)
     }
+
+    /// The cache's occupancy: allocated PM (every page run the cached
+    /// tables list, shared segments once) against live bytes (their nodes
+    /// and arrays), per level, and the PM tier's free space.
+    fn describe(&self, versions: &[Arc<Version>]) -> Option<String> {
+        use std::fmt::Write as _;
+        let sh = &self.shape;
+        let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+        let mut s = format!(
+            "nvcache: L0..=L{} in PM, cache budget {:.1} MiB, segments of {} KiB, relink {}, copy-out under {}% live\n",
+            sh.lowest_pm,
+            mib(sh.cache_bytes),
+            self.segment_bytes() >> 10,
+            if self.list.relink { "links" } else { "array only" },
+            self.list.copy_out_percent
+        );
+        for v in versions {
+            let (alloc, live) = sh.cache_usage(v);
+            let _ = writeln!(
+                s,
+                "cache: allocated {:.1} MiB, live {:.1} MiB ({:.0}% live)",
+                mib(alloc),
+                mib(live),
+                if alloc > 0 {
+                    100.0 * live as f64 / alloc as f64
+                } else {
+                    100.0
+                }
+            );
+            for (level, tables) in v.levels.iter().enumerate().take(sh.lowest_pm + 1) {
+                let segs: std::collections::HashSet<u64> = tables
+                    .iter()
+                    .flat_map(|t| t.meta.pm_pages.iter().skip(1).map(|r| r.first))
+                    .collect();
+                let _ = writeln!(
+                    s,
+                    "  L{level}: {} NVTables, {:.1} MiB live, {} segments",
+                    tables.len(),
+                    mib(tables.iter().map(|t| t.meta.size_bytes).sum()),
+                    segs.len()
+                );
+            }
+        }
+        let alloc = self.space.tier.allocator();
+        let _ = writeln!(
+            s,
+            "PM: {:.1} MiB free of {:.1} MiB",
+            mib(alloc.free_pages() * PAGE),
+            mib((alloc.total_pages() - alloc.data_start_page()) * PAGE)
+        );
+        Some(s)
+    }
 }

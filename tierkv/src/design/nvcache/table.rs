@@ -31,7 +31,7 @@
 
 use std::cmp::Ordering;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use super::format::{
@@ -60,6 +60,32 @@ pub struct NvTable {
     /// By first page (invariant 2).
     usage: Vec<Usage>,
     verify: bool,
+    /// The DRAM search index, built on the first lookup.
+    index: OnceLock<SearchIndex>,
+}
+
+/// A DRAM index over a table's keys (not part of the PM format): for each
+/// entry, 8 bytes of its user key after the prefix every key of the table
+/// shares, as a big-endian number. Entries whose numbers differ are
+/// ordered by them, so a lookup narrows its binary search in DRAM and
+/// reads PM only for the entries that tie — typically one or two nodes
+/// instead of log2(n). Built from nodes whose key checksums were checked.
+#[derive(Debug)]
+struct SearchIndex {
+    /// The user-key prefix every entry shares.
+    common: Vec<u8>,
+    keys: Box<[u64]>,
+}
+
+/// 8 bytes of `k` from `at` on, zero padded, as a big-endian number.
+#[inline]
+fn key_number(k: &[u8], at: usize) -> u64 {
+    let mut b = [0u8; 8];
+    if at < k.len() {
+        let n = (k.len() - at).min(8);
+        b[..n].copy_from_slice(&k[at..at + n]);
+    }
+    u64::from_be_bytes(b)
 }
 
 impl std::fmt::Debug for NvTable {
@@ -156,6 +182,7 @@ impl NvTable {
             offsets_at: at + TABLE_HEADER_BYTES,
             usage,
             verify,
+            index: OnceLock::new(),
         };
         let offs = t.offsets()?;
         for i in 0..t.n {
@@ -234,10 +261,65 @@ impl NvTable {
         self.node_at(self.offset(i)?)
     }
 
+    /// The search index, built on first use (an error is returned and the
+    /// build retried next time).
+    fn search_index(&self) -> Result<&SearchIndex> {
+        if let Some(ix) = self.index.get() {
+            return Ok(ix);
+        }
+        let ix = if self.n == 0 {
+            SearchIndex {
+                common: Vec::new(),
+                keys: Box::new([]),
+            }
+        } else {
+            let first = self.node(0)?.key.to_vec();
+            let last = self.node(self.n - 1)?.key;
+            let lcp = first.iter().zip(last).take_while(|(a, b)| a == b).count();
+            let offs = self.offsets()?;
+            let mut keys = Vec::with_capacity(self.n);
+            for i in 0..self.n {
+                let node = self.node_at(format::u64_at(offs, 8 * i))?;
+                keys.push(key_number(node.key, lcp));
+            }
+            SearchIndex {
+                common: first[..lcp].to_vec(),
+                keys: keys.into_boxed_slice(),
+            }
+        };
+        let _ = self.index.set(ix);
+        self.index
+            .get()
+            .ok_or_else(|| Error::InvalidArgument("NVTable search index lost".into()))
+    }
+
     /// The first entry `>=` the internal key `(user_key, tag)`.
     pub fn seek_index(&self, user_key: &[u8], tag: u64) -> Result<usize> {
+        let ix = self.search_index()?;
+        let c = ix.common.len();
+        let (mut lo, mut hi) = match user_key.get(..c).map(|p| p.cmp(&ix.common)) {
+            // Every entry shares `common`: the key sorts before or after all.
+            Some(Ordering::Less) => return Ok(0),
+            Some(Ordering::Greater) => return Ok(self.n),
+            Some(Ordering::Equal) => {
+                let x = key_number(user_key, c);
+                (
+                    ix.keys.partition_point(|&k| k < x),
+                    ix.keys.partition_point(|&k| k <= x),
+                )
+            }
+            None => {
+                // Shorter than `common`: compare what it has.
+                return Ok(
+                    if ix.common.starts_with(user_key) || user_key < &ix.common[..] {
+                        0
+                    } else {
+                        self.n
+                    },
+                );
+            }
+        };
         let offs = self.offsets()?;
-        let (mut lo, mut hi) = (0usize, self.n);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
             let node = self.node_at(format::u64_at(offs, 8 * mid))?;
