@@ -723,12 +723,13 @@ impl Script {
                     }
                 };
                 format!(
-                    "K={} cache={} allocated={} live={} reserve={} segment={}\n",
+                    "K={} cache={} allocated={} live={} reserve={}+{} segment={}\n",
                     sh.lowest_pm,
                     exact(sh.cache_bytes),
                     exact(alloc),
                     exact(live),
                     exact(sh.write_reserve_bytes),
+                    exact(sh.compaction_reserve_bytes),
                     exact(d.segment_bytes())
                 )
             }

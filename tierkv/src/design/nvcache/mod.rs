@@ -26,8 +26,9 @@
 //! * **List compaction (§III-E)** ([`compact`]): merge the offset arrays,
 //!   deduplicate, relink, write new arrays; no data is copied.
 //! * **LRU eviction (§III-F)**: the victim of a level is its LRU tail
-//!   (the least recently created table); from the lowest cached level it
-//!   is merged into the SSD levels as SSTs (the shared merge job).
+//!   (the least recently updated table: its newest entry is the oldest);
+//!   from the lowest cached level it is merged into the SSD levels as
+//!   SSTs (the shared merge job).
 //! * **Lock-free readers, safe reclamation (§III-C)**: readers of a
 //!   completed NVTable use only its offset array; the engine's version
 //!   reference counts (`Arc<Version>`, `Arc<TableHandle>`, and the page-run
@@ -79,7 +80,8 @@
 //! * the cache: the PM tier's data pages minus `memtable_count_max` logs
 //!   and their arrays, minus the write path's reserve (one group, two
 //!   segments, the next log's first segment) and a compaction reserve
-//!   (1/32 of PM, at least 1 MiB);
+//!   (1/16 of PM, at least 1 MiB: new offset arrays, and the copies that
+//!   free sparse segments);
 //! * K: the deepest level whose cumulative target (L0: the trigger ×
 //!   the memtable size; Ln: `l1_size_bytes` × multiplier^(n−1)) fits the
 //!   cache, at least 1, leaving at least one SSD level. The lowest cached
@@ -240,7 +242,7 @@ impl NvCache {
             (memtable / 16).clamp(16 << 10, 1 << 20) / PAGE * PAGE
         };
         let group = memtable.clamp(256 << 10, 4 << 20) + 2 * segment_bytes;
-        let compaction = (capacity / 32).max(1 << 20);
+        let compaction = (capacity / 16).max(1 << 20);
         let array_bytes = memtable / 12 + PAGE;
         let write_bytes = group + segment_bytes + compaction;
         let logs = opts.memtable_count_max as u64 * (memtable + segment_bytes + array_bytes);
@@ -300,7 +302,9 @@ impl NvCache {
                 multiplier: opts.level_size_multiplier,
                 sst_bytes: opts.sst_size_bytes,
                 cache_bytes,
-                write_reserve_bytes: write_bytes,
+                write_reserve_bytes: group + segment_bytes,
+                compaction_reserve_bytes: compaction,
+                copy_out_percent: opts.nvcache_copy_out_percent,
             },
             space: Arc::new(Space {
                 region: Arc::clone(&region),

@@ -11,24 +11,30 @@
 //!   distinct page runs their tables list, segments shared between
 //!   tables counted once, i.e. *allocated*, not live, bytes — over the
 //!   cache budget (`nvcache_cache_bytes`); at least 2 when free PM is
-//!   below twice the write path's reserve;
+//!   below 1.25 times the write path's and compactions' reserves;
 //! * SSD levels: idle bytes / target, the last level 0.
 //!
 //! Tasks:
 //! * a cached level above `K` → **list compaction** (`nv-list`) of its LRU
-//!   tail into the next level: in L0 the oldest table (reads need L0
-//!   newest first, so no other L0 table may go down before it), below it
-//!   the table with the smallest id — a table's id is its creation time,
-//!   and a table is created by a flush or a compaction that rewrote it, so
-//!   the smallest id is the least recently updated — with the overlapped
-//!   tables of the next level; a **trivial move** when nothing overlaps;
+//!   tail into the next level: the table least recently *updated*, i.e.
+//!   whose newest entry is the oldest (smallest `seq_max`, then smallest
+//!   id) — in L0 that is the oldest table, the only one that may go down
+//!   (reads need L0 newest first). Not the creation order: a list
+//!   compaction re-creates every table it touches, and would make its
+//!   outputs' key order the eviction order. With the overlapped tables of
+//!   the next level; a **trivial move** when nothing overlaps;
 //!   it is skipped while free PM could not hold the new offset arrays (8
 //!   bytes per input entry) — the plan carries what is left as the budget
 //!   for copying nodes out of sparse segments;
 //! * `LK` → **eviction** (`nv-evict`): its LRU tail merged with the
 //!   overlapped SSD tables into SSTs of `K+1`; when the cache overflows
 //!   and `LK` has nothing to evict, the deepest cached level that can move
-//!   its LRU tail down does (so data cascades to where it can leave PM);
+//!   its LRU tail down does (so data cascades to where it can leave PM).
+//!   An evicted table's nodes are spread over segments other tables still
+//!   use, so eviction frees PM only once segments empty: when a quarter
+//!   or more of the cache's allocated bytes are dead and copy-out is on, a
+//!   list compaction into `LK` goes first — it copies the survivors of
+//!   sparse segments out, which frees those segments;
 //! * an SSD level → leveled (RocksDB's min-overlap pick, trivial moves).
 
 use std::collections::HashSet;
@@ -69,8 +75,14 @@ pub struct Shape {
     pub sst_bytes: u64,
     /// Budget of the cached levels' PM (allocated bytes).
     pub cache_bytes: u64,
-    /// Free PM the write path keeps (writes stop below it).
+    /// Free PM the write path keeps for itself (one group, segments).
     pub write_reserve_bytes: u64,
+    /// Free PM kept for compactions (offset arrays, copies): writes stop
+    /// below the sum of the two reserves.
+    pub compaction_reserve_bytes: u64,
+    /// List compactions copy nodes out of segments less live than this
+    /// percentage (0: never).
+    pub copy_out_percent: u32,
 }
 
 impl Shape {
@@ -106,9 +118,12 @@ impl Shape {
     fn cache_score(&self, v: &Version, cx: &PickContext) -> f64 {
         let (alloc, _) = self.cache_usage(v);
         let mut s = alloc as f64 / self.cache_bytes.max(1) as f64;
+        // The cache budget leaves the memtables' logs and the reserves
+        // free: less than the reserves (plus a quarter) means PM runs short.
+        let reserves = self.write_reserve_bytes + self.compaction_reserve_bytes;
         if cx
             .pm_free_bytes
-            .is_some_and(|f| f < 2 * self.write_reserve_bytes)
+            .is_some_and(|f| f < reserves + reserves / 4)
         {
             s = s.max(2.0);
         }
@@ -147,10 +162,20 @@ impl Shape {
             let task = if level < k {
                 self.pick_list(v, cx, level)
             } else if level == k {
-                self.pick_evict(v, cx.busy).or_else(|| {
-                    // Nothing to evict: move data down towards LK.
-                    (0..k).rev().find_map(|l| self.pick_list(v, cx, l))
-                })
+                let (alloc, live) = self.cache_usage(v);
+                let wasteful = self.copy_out_percent > 0 && k > 0 && 4 * live <= 3 * alloc;
+                let reclaim = || {
+                    // A list compaction into LK copies sparse segments out.
+                    self.pick_list(v, cx, k - 1).filter(|t| t.kind == LIST)
+                };
+                wasteful
+                    .then(reclaim)
+                    .flatten()
+                    .or_else(|| self.pick_evict(v, cx.busy))
+                    .or_else(|| {
+                        // Nothing to evict: move data down towards LK.
+                        (0..k).rev().find_map(|l| self.pick_list(v, cx, l))
+                    })
             } else {
                 leveled::pick_min_overlap(v, cx.busy, level, self.sst_bytes)
             };
@@ -162,8 +187,8 @@ impl Shape {
     }
 
     /// The LRU tail of `level`: the oldest L0 table, or the idle table
-    /// with the smallest id whose overlapped tables of the next level are
-    /// idle too; with those tables.
+    /// updated least recently (smallest `seq_max`) whose overlapped tables
+    /// of the next level are idle too; with those tables.
     fn victim(
         &self,
         v: &Version,
@@ -193,7 +218,7 @@ impl Shape {
             .iter()
             .filter(|t| !busy.contains(&t.meta.id))
             .collect();
-        lru.sort_by_key(|t| t.meta.id);
+        lru.sort_by_key(|t| (t.meta.seq_max, t.meta.id));
         lru.into_iter().find_map(|t| {
             let next = next_of(t);
             (!next.iter().any(|n| busy.contains(&n.meta.id))).then(|| (Arc::clone(t), next))
@@ -242,6 +267,7 @@ impl Shape {
             Some(free) => free - need,
             None => u64::MAX,
         };
+        // Copies may use the compactions' reserve, not the write path's.
         let plan = ListPlan {
             copy_budget_bytes: budget.saturating_sub(self.write_reserve_bytes),
         };
