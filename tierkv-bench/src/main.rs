@@ -81,7 +81,8 @@ struct BenchArgs {
     /// it beats tierkv:classic at `medium`, see the README).
     #[arg(long = "config", default_value = "tierkv:triangle")]
     config: String,
-    /// tiny | small | medium | paper10 (default: tiny; medium for compare).
+    /// tiny | small | medium | paper10 | leveldb10 (default: tiny; medium
+    /// for compare).
     #[arg(long = "scale")]
     scale: Option<String>,
     /// Keys of a fill (default: dataset of the scale / value size).
@@ -136,15 +137,15 @@ struct BenchArgs {
     /// Bloom filter bits per key (0 = none).
     #[arg(long = "bloom_bits", default_value_t = 10)]
     bloom_bits: u32,
-    /// L0 files that trigger a compaction.
-    #[arg(long = "level0_file_num_compaction_trigger", default_value_t = 4)]
-    level0_file_num_compaction_trigger: usize,
-    /// L0 files that slow writes down.
-    #[arg(long = "level0_slowdown_writes_trigger", default_value_t = 20)]
-    level0_slowdown_writes_trigger: usize,
-    /// L0 files that stop writes.
-    #[arg(long = "level0_stop_writes_trigger", default_value_t = 36)]
-    level0_stop_writes_trigger: usize,
+    /// L0 files that trigger a compaction (default 4).
+    #[arg(long = "level0_file_num_compaction_trigger")]
+    level0_file_num_compaction_trigger: Option<usize>,
+    /// L0 files that slow writes down (default 20; 8 at leveldb10).
+    #[arg(long = "level0_slowdown_writes_trigger")]
+    level0_slowdown_writes_trigger: Option<usize>,
+    /// L0 files that stop writes (default 36; 12 at leveldb10).
+    #[arg(long = "level0_stop_writes_trigger")]
+    level0_stop_writes_trigger: Option<usize>,
     /// Write rate while delayed (bytes/s).
     #[arg(long = "delayed_write_rate", default_value_t = 16 << 20)]
     delayed_write_rate: u64,
@@ -167,7 +168,8 @@ struct BenchArgs {
     /// (default none, as the papers measure).
     #[arg(long = "compression_type", default_value = "none", value_parser = parse_compression)]
     compression_type: tierkv::Compression,
-    /// Request distribution of random workloads: uniform | zipfian | latest.
+    /// Request distribution of random workloads: uniform | zipfian | latest
+    /// | hotspot (1% of the keys get 99% of the requests).
     #[arg(long = "distribution")]
     distribution: Option<String>,
     /// Entries read after each seek in seekrandom.
@@ -240,7 +242,7 @@ fn plan_from(args: &BenchArgs, configs: Vec<Config>, default_scale: Scale) -> Re
         None => default_scale,
         Some(s) => Scale::parse(s).ok_or_else(|| {
             Error::Usage(format!(
-                "unknown scale `{s}`; scales: tiny, small, medium, paper10"
+                "unknown scale `{s}`; scales: tiny, small, medium, paper10, leveldb10"
             ))
         })?,
     };
@@ -248,7 +250,7 @@ fn plan_from(args: &BenchArgs, configs: Vec<Config>, default_scale: Scale) -> Re
         None => None,
         Some(d) => Some(Distribution::parse(d).ok_or_else(|| {
             Error::Usage(format!(
-                "unknown distribution `{d}`; use uniform, zipfian or latest"
+                "unknown distribution `{d}`; use uniform, zipfian, latest or hotspot"
             ))
         })?),
     };
@@ -285,9 +287,12 @@ fn plan_from(args: &BenchArgs, configs: Vec<Config>, default_scale: Scale) -> Re
         block_cache_bytes: args.cache_size,
         bloom_bits: args.bloom_bits,
         l0_triggers: (
-            args.level0_file_num_compaction_trigger,
-            args.level0_slowdown_writes_trigger,
-            args.level0_stop_writes_trigger,
+            args.level0_file_num_compaction_trigger
+                .unwrap_or(scale.l0_triggers().0),
+            args.level0_slowdown_writes_trigger
+                .unwrap_or(scale.l0_triggers().1),
+            args.level0_stop_writes_trigger
+                .unwrap_or(scale.l0_triggers().2),
         ),
         delayed_write_rate_bytes_per_sec: args.delayed_write_rate,
         direct_io: args.use_direct_io_for_flush_and_compaction,

@@ -7,8 +7,14 @@
 //! | small | 1 GiB (256 Ki keys) | 100 MiB | 16 MiB | 64 MiB |
 //! | medium | 4 GiB (1 Mi keys) | 400 MiB | 64 MiB | 256 MiB |
 //! | paper10 | 8 GiB (2 Mi keys) | 800 MiB | 64 MiB | 256 MiB |
+//! | leveldb10 | 512 MiB (128 Ki keys) | 64 MiB | 4 MiB | 10 MiB |
 //!
 //! Other value sizes keep the dataset size and change the key count.
+//!
+//! `leveldb10` is the LevelDB-based papers' setup divided by ten (NV-Cache:
+//! 5 GB loads, YCSB 5 M records and operations): LevelDB's 4 MiB memtables
+//! and SSTs, 10 MiB L1, L0 triggers 4/8/12 (`l0_triggers`), a 64 MiB PM
+//! tier, and 500 K YCSB operations.
 
 const MIB: u64 = 1 << 20;
 
@@ -23,11 +29,19 @@ pub enum Scale {
     Medium,
     /// 8 GiB: the papers' setup divided by ten.
     Paper10,
+    /// 512 MiB with LevelDB's options: the LevelDB-based papers ÷ 10.
+    Leveldb10,
 }
 
 impl Scale {
     /// Every scale, smallest first.
-    pub const ALL: [Scale; 4] = [Scale::Tiny, Scale::Small, Scale::Medium, Scale::Paper10];
+    pub const ALL: [Scale; 5] = [
+        Scale::Tiny,
+        Scale::Small,
+        Scale::Medium,
+        Scale::Paper10,
+        Scale::Leveldb10,
+    ];
 
     /// Parses a scale name.
     pub fn parse(s: &str) -> Option<Scale> {
@@ -41,6 +55,7 @@ impl Scale {
             Scale::Small => "small",
             Scale::Medium => "medium",
             Scale::Paper10 => "paper10",
+            Scale::Leveldb10 => "leveldb10",
         }
     }
 
@@ -51,6 +66,7 @@ impl Scale {
             Scale::Small => 1024 * MIB,
             Scale::Medium => 4096 * MIB,
             Scale::Paper10 => 8192 * MIB,
+            Scale::Leveldb10 => 512 * MIB,
         }
     }
 
@@ -61,13 +77,14 @@ impl Scale {
             Scale::Small => 100 * MIB,
             Scale::Medium => 400 * MIB,
             Scale::Paper10 => 800 * MIB,
+            Scale::Leveldb10 => 64 * MIB,
         }
     }
 
     /// Memtable size, also the SST target size.
     pub fn memtable_size_bytes(self) -> u64 {
         match self {
-            Scale::Tiny => 4 * MIB,
+            Scale::Tiny | Scale::Leveldb10 => 4 * MIB,
             Scale::Small => 16 * MIB,
             Scale::Medium | Scale::Paper10 => 64 * MIB,
         }
@@ -79,6 +96,16 @@ impl Scale {
             Scale::Tiny => 16 * MIB,
             Scale::Small => 64 * MIB,
             Scale::Medium | Scale::Paper10 => 256 * MIB,
+            Scale::Leveldb10 => 10 * MIB,
+        }
+    }
+
+    /// L0 compaction, slowdown and stop triggers: RocksDB's 4/20/36, or
+    /// LevelDB's 4/8/12 at `leveldb10`.
+    pub fn l0_triggers(self) -> (usize, usize, usize) {
+        match self {
+            Scale::Leveldb10 => (4, 8, 12),
+            _ => (4, 20, 36),
         }
     }
 
@@ -90,7 +117,11 @@ impl Scale {
     /// Operations of a YCSB run phase: the key count at 4 KiB values
     /// (1 Mi at `medium`, as BENCH.md's "1 M operations").
     pub fn ycsb_ops(self) -> u64 {
-        self.key_count(4096)
+        match self {
+            // The paper's 5 M operations ÷ 10.
+            Scale::Leveldb10 => 500_000,
+            _ => self.key_count(4096),
+        }
     }
 }
 

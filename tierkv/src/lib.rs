@@ -29,5 +29,5 @@ pub use batch::WriteBatch;
 pub use db::{CheckpointOptions, CheckpointStats, Db, Range, ReadOptions, Snapshot, WriteOptions};
 pub use error::{Error, Result};
 pub use iter::DbIterator;
-pub use options::{Options, PmBackend, Preset, WalPlacement, WalRecovery};
+pub use options::{NvAppend, NvRelink, Options, PmBackend, Preset, WalPlacement, WalRecovery};
 pub use sst::Compression;

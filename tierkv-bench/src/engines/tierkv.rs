@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use ::tierkv::design::rangetab as tierkv_rt;
-use ::tierkv::{Db, Options, Preset, ReadOptions};
+use ::tierkv::{Db, NvAppend, NvRelink, Options, Preset, ReadOptions};
 
 use super::{
     CompactionEvent, Engine, EngineSetup, EngineStats, FlushEvent, LevelBytes, LevelShape,
@@ -131,6 +131,28 @@ pub enum Knob {
     /// `faithful=0|1`: rangetab's picker as the paper writes it (default
     /// off: the sound picker).
     Faithful(bool),
+    /// `cache=`: nvcache's cache budget in PM (default: PM minus the
+    /// memtable logs and reserves).
+    NvCacheBytes(u64),
+    /// `pmlv=`: nvcache's levels in PM, L0 included (default: what fits).
+    NvPmLevels(u64),
+    /// `seg=`: nvcache's segment size.
+    NvSegment(u64),
+    /// `tbl=`: nvcache's list-compaction output size (default the SST size).
+    NvTable(u64),
+    /// `relink=0|1`: nvcache rewrites the links of moved nodes (1, the
+    /// paper's, default) or writes offset arrays only (0).
+    NvRelink(bool),
+    /// `entry=0|1`: nvcache publishes appends entry by entry (1, the paper's
+    /// transaction per insert) or per group (0, default).
+    NvPerEntry(bool),
+    /// `copy=`: nvcache copies nodes out of segments less live than this
+    /// percentage (default 50; 0 = never, the paper's).
+    NvCopyOut(u64),
+    /// `paper=1`: nvcache with the paper's readings throughout (entry by
+    /// entry appends, one unbounded output per list compaction, no
+    /// copy-out; relinking stays on).
+    NvPaper,
 }
 
 /// Parses the knobs after the preset: `vlsm/mem=8m/phi=16` → `[Memtable(8 MiB),
@@ -183,6 +205,24 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
                     "knob `{part}` of `{spec}`: pace is 0 or 1"
                 )))
             }
+            "cache" => Knob::NvCacheBytes(n),
+            "pmlv" => Knob::NvPmLevels(n),
+            "seg" => Knob::NvSegment(n),
+            "tbl" => Knob::NvTable(n),
+            "relink" if n <= 1 => Knob::NvRelink(n == 1),
+            "entry" if n <= 1 => Knob::NvPerEntry(n == 1),
+            "copy" if n <= 100 => Knob::NvCopyOut(n),
+            "paper" if n == 1 => Knob::NvPaper,
+            "relink" | "entry" | "paper" => {
+                return Err(Error::Usage(format!(
+                    "knob `{part}` of `{spec}`: {name} is 0 or 1"
+                )))
+            }
+            "copy" => {
+                return Err(Error::Usage(format!(
+                    "knob `{part}` of `{spec}`: copy is a percentage, 0..=100"
+                )))
+            }
             "k" => {
                 return Err(Error::Usage(format!(
                     "knob `{part}` of `{spec}`: k is at least 1"
@@ -195,7 +235,7 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
             }
             _ => {
                 return Err(Error::Usage(format!(
-                    "unknown knob `{name}` in `{spec}`; knobs: mem, sst, phi, f, l0, batch, l1, regions, hints, limit, k, pace, rt, cap, prefix, quantiles, hash, faithful"
+                    "unknown knob `{name}` in `{spec}`; knobs: mem, sst, phi, f, l0, batch, l1, regions, hints, limit, k, pace, rt, cap, prefix, quantiles, hash, faithful, cache, pmlv, seg, tbl, relink, entry, copy, paper"
                 )))
             }
         });
@@ -229,7 +269,15 @@ pub fn options_for_spec(preset: Preset, spec: &str, setup: &EngineSetup) -> Resu
             | Knob::Prefix(_)
             | Knob::Quantiles
             | Knob::HashIndex(_)
-            | Knob::Faithful(_) => {}
+            | Knob::Faithful(_)
+            | Knob::NvCacheBytes(_)
+            | Knob::NvPmLevels(_)
+            | Knob::NvSegment(_)
+            | Knob::NvTable(_)
+            | Knob::NvRelink(_)
+            | Knob::NvPerEntry(_)
+            | Knob::NvCopyOut(_)
+            | Knob::NvPaper => {}
         }
     }
     let mut o = options_for(preset, &s);
@@ -248,6 +296,30 @@ pub fn options_for_spec(preset: Preset, spec: &str, setup: &EngineSetup) -> Resu
             Knob::Prefix(n) => o.rangetab_prefix_bytes = n as usize,
             Knob::HashIndex(on) => o.rangetab_hash_index = on,
             Knob::Faithful(on) => o.rangetab_faithful_picker = on,
+            Knob::NvCacheBytes(n) => o.nvcache_cache_bytes = n,
+            Knob::NvPmLevels(n) => o.nvcache_pm_levels = n as usize,
+            Knob::NvSegment(n) => o.nvcache_segment_bytes = n,
+            Knob::NvTable(n) => o.nvcache_table_bytes = n,
+            Knob::NvRelink(on) => {
+                o.nvcache_relink = if on {
+                    NvRelink::Links
+                } else {
+                    NvRelink::ArrayOnly
+                }
+            }
+            Knob::NvPerEntry(on) => {
+                o.nvcache_append = if on {
+                    NvAppend::PerEntry
+                } else {
+                    NvAppend::Group
+                }
+            }
+            Knob::NvCopyOut(n) => o.nvcache_copy_out_percent = n as u32,
+            Knob::NvPaper => {
+                o.nvcache_append = NvAppend::PerEntry;
+                o.nvcache_table_bytes = u64::MAX;
+                o.nvcache_copy_out_percent = 0;
+            }
             _ => {}
         }
     }
@@ -401,6 +473,7 @@ impl Engine for TierkvEngine {
     }
 
     fn report(&self) -> Option<String> {
+        // The design's own figures are its "** Design **" section.
         self.db.property("tierkv.stats")
     }
 
@@ -478,5 +551,35 @@ mod tests {
         let o = options_for_spec(Preset::RangeTab, "rangetab/quantiles=1/hash=0", &s).unwrap();
         assert!(o.rangetab_boundaries.is_empty() && !o.rangetab_hash_index);
         assert!(parse_knobs("rangetab/rt=1").is_err());
+    }
+
+    #[test]
+    fn nvcache_knobs() {
+        let mut s = EngineSetup::defaults("/tmp/x".into(), "/dev/shm/y".into());
+        s.pm_size_bytes = 64 << 20;
+        let o = options_for(Preset::NvCache, &s);
+        assert_eq!(o.pm_size_bytes, 64 << 20);
+        assert_eq!(
+            o.l1_size_bytes, s.l1_size_bytes,
+            "NV-Cache's L1 is not the PM size"
+        );
+        let o = options_for_spec(
+            Preset::NvCache,
+            "nvcache/cache=32m/pmlv=3/seg=128k/tbl=2m/relink=0/entry=1/copy=30",
+            &s,
+        )
+        .unwrap();
+        assert_eq!(o.nvcache_cache_bytes, 32 << 20);
+        assert_eq!(o.nvcache_pm_levels, 3);
+        assert_eq!(o.nvcache_segment_bytes, 128 << 10);
+        assert_eq!(o.nvcache_table_bytes, 2 << 20);
+        assert_eq!(o.nvcache_relink, NvRelink::ArrayOnly);
+        assert_eq!(o.nvcache_append, NvAppend::PerEntry);
+        assert_eq!(o.nvcache_copy_out_percent, 30);
+        let o = options_for_spec(Preset::NvCache, "nvcache/paper=1", &s).unwrap();
+        assert_eq!(o.nvcache_table_bytes, u64::MAX);
+        assert_eq!(o.nvcache_copy_out_percent, 0);
+        assert!(parse_knobs("nvcache/copy=101").is_err());
+        assert!(parse_knobs("nvcache/relink=2").is_err());
     }
 }

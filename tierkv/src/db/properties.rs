@@ -63,6 +63,15 @@ impl Inner {
                     .to_string(),
             ),
             "tierkv.design" => Some(self.opts.design.name().to_string()),
+            "tierkv.design-stats" => {
+                let figures = self.design.stats(&vs);
+                (!figures.is_empty()).then(|| {
+                    figures
+                        .iter()
+                        .map(|(name, value)| format!("{name}: {value}\n"))
+                        .collect()
+                })
+            }
             _ => {
                 let n = name.strip_prefix("tierkv.num-files-at-level")?;
                 let level: usize = n.parse().ok()?;
