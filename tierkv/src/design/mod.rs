@@ -53,6 +53,11 @@
 //!   `TableContext::pm_run_refs`); the design returns further runs it can
 //!   free now — shared runs it counts by reference itself, e.g. a buffer
 //!   referenced by thousands of skip lists, too many to list per table.
+//! * **[`Design::level_targets`]** and **[`Design::counters`]** report,
+//!   for measurement only: the target of each level as the picker scores
+//!   it (so compaction debt is measured, not assumed), and named numbers
+//!   about the design's own work (e.g. how much of vLSM's L1 is good
+//!   vSSTs). Neither changes what the engine does.
 //! * **[`Design::log`]**, a design-owned log: `None` (the default) gives
 //!   the engine's WAL (on PM when the PM tier holds it, else on SSD). A
 //!   design whose flush target *is* the log (NV-Cache's NVTable) returns a
@@ -97,6 +102,7 @@ use std::sync::Arc;
 use crate::error::Result;
 use crate::memtable::MemTable;
 use crate::options::{Options, Preset};
+pub use crate::stats::LevelTargets;
 use crate::stats::StallCause;
 use crate::storage::alloc::PageRun;
 use crate::storage::pm::PmTier;
@@ -451,6 +457,26 @@ pub trait Design: Send + Sync {
     /// A number that grows while the LSM falls behind (RocksDB adjusts the
     /// delayed write rate on it): L0 files plus pending compaction bytes in MB.
     fn debt(&self, v: &Version) -> u64;
+
+    /// The level shape the design's picker works to, for one region at
+    /// version `v` (its level count): what the compaction debt is measured
+    /// against (`Stats::level_targets`, `tierkv.level-targets`). `None`
+    /// (the default): the design does not say.
+    fn level_targets(&self, v: &Version) -> Option<LevelTargets> {
+        let _ = v;
+        None
+    }
+
+    /// Numbers the design reports about its own work and shape, by name
+    /// (`Stats::design_counters`, the `** Design **` section of
+    /// `tierkv.stats`): cumulative counters its jobs keep, and gauges of
+    /// the shape of `versions` (every region's current version), summed
+    /// over regions — so only quantities that add up (bytes, counts). The
+    /// default: none.
+    fn counters(&self, versions: &[Arc<Version>]) -> Vec<(&'static str, f64)> {
+        let _ = versions;
+        Vec::new()
+    }
 
     /// Input bytes per level of a task, for stats. The default sums the
     /// input tables; a design whose tasks take only part of a table (a key
