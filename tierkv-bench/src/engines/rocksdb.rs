@@ -523,6 +523,14 @@ mod tests {
         );
         assert!(st.stall.seconds > 0.0, "tight L0 triggers stall writes");
         assert!(!st.compactions.is_empty() && !st.flushes.is_empty());
+        // The debt's inputs: targets from the options, the pending estimate.
+        let t = st.targets.clone().unwrap_or_default();
+        assert_eq!(t.l0_files, Some(2));
+        assert_eq!(&t.bytes[..3], &[2 << 20, 4 << 20, 40 << 20]);
+        let shape = e.shape().unwrap_or_else(|e| panic!("{e}"));
+        assert!(shape.pending_compaction_bytes.is_some());
+        assert!(!shape.levels.is_empty());
+        assert!(crate::metrics::debt_of(&shape).is_some());
         Box::new(e).close().unwrap_or_else(|e| panic!("{e}"));
     }
 
