@@ -197,7 +197,8 @@ struct BenchArgs {
     latency_target_us: f64,
     /// Warm writing benchmarks (overwrite, ycsb-a/b/d/e/f) up to a steady
     /// state before measuring them: until every level is within
-    /// `--steady_factor` of its target or the debt stops moving.
+    /// `--steady_factor` of its target (after at least half the benchmark's
+    /// operations) or the debt stops moving.
     #[arg(long = "steady_state", num_args = 0..=1, default_value = "0", default_missing_value = "1", value_parser = parse_flag)]
     steady_state: bool,
     /// The factor of `--steady_state`.

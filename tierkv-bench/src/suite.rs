@@ -303,7 +303,7 @@ pub fn warms_up(bench: &str) -> bool {
 /// may end, or `None` to go on.
 pub fn settled(samples: &[DebtSample], factor: f64) -> Option<&'static str> {
     let n = samples.len();
-    if n >= 3 && samples[n - 3..].iter().all(|s| s.ratio_max <= factor) {
+    if n >= 5 && samples[n - 3..].iter().all(|s| s.ratio_max <= factor) {
         return Some("within-factor");
     }
     if n >= 8 {
@@ -870,11 +870,17 @@ mod tests {
 
     #[test]
     fn warm_up_end_rule() {
-        let within = [sample(3.0, 900), sample(1.9, 100), sample(1.5, 50)];
+        let within = [
+            sample(5.0, 2000),
+            sample(3.0, 900),
+            sample(1.9, 100),
+            sample(1.5, 50),
+        ];
         assert_eq!(settled(&within, 2.0), None, "two in a row are not enough");
         let mut v = within.to_vec();
         v.push(sample(2.0, 80));
         assert_eq!(settled(&v, 2.0), Some("within-factor"));
+        assert_eq!(settled(&v[2..], 2.0), None, "half the benchmark at least");
         // Growing debt never settles; a flat one (within 10%) does.
         let growing: Vec<DebtSample> = (1..12).map(|i| sample(5.0, 100 * i)).collect();
         assert_eq!(settled(&growing, 2.0), None);
