@@ -292,6 +292,9 @@ fn vlsm_full_queue_stalls_are_l0_stop() {
     let fs = MemFs::new();
     let o = Options {
         vlsm_l0_max_ssts: 1,
+        // The stop is the backstop the pacing controller (on by default)
+        // exists to avoid: this test exercises the backstop.
+        write_pacing: false,
         ..opts(&fs, Preset::Vlsm)
     };
     let db = Db::open(Path::new("/db"), o).expect("open");
