@@ -18,7 +18,7 @@ use ::tierkv::{Db, NvAppend, NvRelink, Options, Preset, ReadOptions};
 
 use super::{
     CompactionEvent, Engine, EngineSetup, EngineStats, FlushEvent, LevelBytes, LevelShape,
-    StallStats,
+    LevelTargets, StallStats,
 };
 use crate::error::{Error, Result};
 
@@ -39,6 +39,7 @@ pub fn options_for(preset: Preset, setup: &EngineSetup) -> Options {
         memtable_count_max: setup.memtable_count,
         sst_size_bytes: setup.sst_size_bytes,
         l1_size_bytes: setup.l1_size_bytes,
+        level_size_multiplier: setup.level_multiplier,
         l0_compaction_trigger: setup.l0_triggers.0,
         l0_slowdown_trigger: setup.l0_triggers.1,
         l0_stop_trigger: setup.l0_triggers.2,
@@ -153,6 +154,10 @@ pub enum Knob {
     /// entry appends, one unbounded output per list compaction, no
     /// copy-out; relinking stays on).
     NvPaper,
+    /// `vsst=0|1`: cut L1 output into vLSM's overlap-aware vSSTs (any
+    /// design; on by default for `vlsm` only): `tierkv:triangle/vsst=1` is
+    /// the TriangleKV + vLSM combination.
+    Vsst(bool),
 }
 
 /// Parses the knobs after the preset: `vlsm/mem=8m/phi=16` → `[Memtable(8 MiB),
@@ -200,9 +205,10 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
             "limit" => Knob::ContainerLimit(n),
             "k" if n >= 1 => Knob::Collectors(n),
             "pace" if n <= 1 => Knob::Pacing(n == 1),
-            "pace" => {
+            "vsst" if n <= 1 => Knob::Vsst(n == 1),
+            "pace" | "vsst" => {
                 return Err(Error::Usage(format!(
-                    "knob `{part}` of `{spec}`: pace is 0 or 1"
+                    "knob `{part}` of `{spec}`: {name} is 0 or 1"
                 )))
             }
             "cache" => Knob::NvCacheBytes(n),
@@ -235,7 +241,7 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
             }
             _ => {
                 return Err(Error::Usage(format!(
-                    "unknown knob `{name}` in `{spec}`; knobs: mem, sst, phi, f, l0, batch, l1, regions, hints, limit, k, pace, rt, cap, prefix, quantiles, hash, faithful, cache, pmlv, seg, tbl, relink, entry, copy, paper"
+                    "unknown knob `{name}` in `{spec}`; knobs: mem, sst, phi, f, l0, batch, l1, regions, hints, limit, k, pace, rt, cap, prefix, quantiles, hash, faithful, cache, pmlv, seg, tbl, relink, entry, copy, paper, vsst"
                 )))
             }
         });
@@ -277,7 +283,8 @@ pub fn options_for_spec(preset: Preset, spec: &str, setup: &EngineSetup) -> Resu
             | Knob::NvRelink(_)
             | Knob::NvPerEntry(_)
             | Knob::NvCopyOut(_)
-            | Knob::NvPaper => {}
+            | Knob::NvPaper
+            | Knob::Vsst(_) => {}
         }
     }
     let mut o = options_for(preset, &s);
@@ -320,6 +327,7 @@ pub fn options_for_spec(preset: Preset, spec: &str, setup: &EngineSetup) -> Resu
                 o.nvcache_table_bytes = u64::MAX;
                 o.nvcache_copy_out_percent = 0;
             }
+            Knob::Vsst(on) => o.vsst = Some(on),
             _ => {}
         }
     }
@@ -414,62 +422,7 @@ impl Engine for TierkvEngine {
     }
 
     fn stats(&self) -> Result<EngineStats> {
-        let s = self.db.stats();
-        let intervals: Vec<(f64, f64)> = s
-            .stalls
-            .iter()
-            .map(|i| (secs(i.start), secs(i.duration)))
-            .collect();
-        Ok(EngineStats {
-            uptime_s: secs(s.uptime),
-            ssd_written_bytes: s.written.ssd_total(),
-            ssd_read_bytes: s.ssd_bytes_read,
-            pm_written_bytes: s.written.pm_written(),
-            pm_relinked_bytes: s.written.pm_relinked,
-            wal_bytes: s.written.wal_ssd + s.written.wal_pm,
-            stall: StallStats {
-                seconds: intervals.iter().fold(0.0, |a, i| a + i.1),
-                count: intervals.len() as u64,
-                max_seconds: intervals.iter().map(|i| i.1).fold(0.0, f64::max),
-                intervals: Some(intervals),
-            },
-            flushes: s
-                .flushes
-                .iter()
-                .map(|f| FlushEvent {
-                    start_s: secs(f.start),
-                    duration_s: secs(f.duration),
-                    bytes: f.output_bytes,
-                })
-                .collect(),
-            compactions: s
-                .compactions
-                .iter()
-                .map(|c| CompactionEvent {
-                    start_s: secs(c.start),
-                    duration_s: secs(c.duration),
-                    kind: c.kind.clone(),
-                    input_bytes: c.input_bytes.iter().map(|x| x.1).sum(),
-                    inputs: c
-                        .input_bytes
-                        .iter()
-                        .map(|&(level, bytes)| LevelBytes { level, bytes })
-                        .collect(),
-                    output_level: c.output_level,
-                    output_bytes: c.output_bytes,
-                })
-                .collect(),
-            levels: s
-                .levels
-                .iter()
-                .map(|l| LevelShape {
-                    level: l.level,
-                    tier: l.tier.name().to_string(),
-                    files: l.tables as u64,
-                    bytes: l.bytes,
-                })
-                .collect(),
-        })
+        Ok(engine_stats(&self.db.stats()))
     }
 
     fn report(&self) -> Option<String> {
@@ -479,6 +432,84 @@ impl Engine for TierkvEngine {
 
     fn close(self: Box<Self>) -> Result<()> {
         self.db.close().map_err(terr)
+    }
+}
+
+fn level_shapes(levels: &[::tierkv::stats::LevelShape]) -> Vec<LevelShape> {
+    levels
+        .iter()
+        .map(|l| LevelShape {
+            level: l.level,
+            tier: l.tier.name().to_string(),
+            files: l.tables as u64,
+            bytes: l.bytes,
+        })
+        .collect()
+}
+
+/// The bench's view of a tierkv stats snapshot.
+fn engine_stats(s: &::tierkv::stats::Stats) -> EngineStats {
+    let intervals: Vec<(f64, f64)> = s
+        .stalls
+        .iter()
+        .map(|i| (secs(i.start), secs(i.duration)))
+        .collect();
+    EngineStats {
+        uptime_s: secs(s.uptime),
+        ssd_written_bytes: s.written.ssd_total(),
+        ssd_read_bytes: s.ssd_bytes_read,
+        pm_written_bytes: s.written.pm_written(),
+        pm_relinked_bytes: s.written.pm_relinked,
+        wal_bytes: s.written.wal_ssd + s.written.wal_pm,
+        stall: StallStats {
+            seconds: intervals.iter().fold(0.0, |a, i| a + i.1),
+            count: intervals.len() as u64,
+            max_seconds: intervals.iter().map(|i| i.1).fold(0.0, f64::max),
+            intervals: Some(intervals),
+        },
+        flushes: s
+            .flushes
+            .iter()
+            .map(|f| FlushEvent {
+                start_s: secs(f.start),
+                duration_s: secs(f.duration),
+                bytes: f.output_bytes,
+            })
+            .collect(),
+        compactions: s
+            .compactions
+            .iter()
+            .map(|c| CompactionEvent {
+                start_s: secs(c.start),
+                duration_s: secs(c.duration),
+                kind: c.kind.clone(),
+                input_bytes: c.input_bytes.iter().map(|x| x.1).sum(),
+                inputs: c
+                    .input_bytes
+                    .iter()
+                    .map(|&(level, bytes)| LevelBytes { level, bytes })
+                    .collect(),
+                output_level: c.output_level,
+                output_bytes: c.output_bytes,
+            })
+            .collect(),
+        levels: level_shapes(&s.levels),
+        regions: if s.regions.len() > 1 {
+            s.regions.iter().map(|r| level_shapes(r)).collect()
+        } else {
+            Vec::new()
+        },
+        targets: s.level_targets.as_ref().map(|t| LevelTargets {
+            l0_files: t.l0_tables.map(|n| n as u64),
+            bytes: t.bytes.clone(),
+        }),
+        pending_compaction_bytes: None,
+        // The design's figures that are numbers (`Design::stats`).
+        design_counters: s
+            .design
+            .iter()
+            .filter_map(|(k, v)| Some((k.clone(), v.parse::<f64>().ok()?)))
+            .collect(),
     }
 }
 
@@ -526,6 +557,9 @@ mod tests {
         let o = options_for_spec(Preset::Triangle, "triangle/k=3", &s).unwrap();
         assert_eq!(o.pm_collector_threads, 3);
         assert!(parse_knobs("triangle/k=0").is_err());
+        let o = options_for_spec(Preset::Triangle, "triangle/vsst=1", &s).unwrap();
+        assert!(o.vsst_enabled());
+        assert!(parse_knobs("triangle/vsst=2").is_err());
     }
 
     #[test]

@@ -79,6 +79,9 @@
 //!   (`VersionEdit::compose`) in one manifest record: a flush may re-list
 //!   or delete tables and write design records in replay as at run time.
 //!   No background job runs during replay.
+//! * **[`Design::level_targets`]**, for measurement only: the target of
+//!   each level as the picker scores it (so compaction debt is measured,
+//!   not assumed). It changes nothing the engine does.
 //! * **[`Design::log`]**, a design-owned log: `None` (the default) gives
 //!   the engine's WAL (on PM when the PM tier holds it, else on SSD). A
 //!   design whose flush target *is* the log (NV-Cache's NVTable) returns a
@@ -128,6 +131,7 @@ use std::sync::Arc;
 use crate::error::Result;
 use crate::memtable::MemTable;
 use crate::options::{Options, Preset};
+pub use crate::stats::LevelTargets;
 use crate::stats::StallCause;
 use crate::storage::alloc::PageRun;
 use crate::storage::pm::PmTier;
@@ -496,6 +500,15 @@ pub trait Design: Send + Sync {
     /// A number that grows while the LSM falls behind (RocksDB adjusts the
     /// delayed write rate on it): L0 files plus pending compaction bytes in MB.
     fn debt(&self, v: &Version) -> u64;
+
+    /// The level shape the design's picker works to, for one region at
+    /// version `v` (its level count): what the compaction debt is measured
+    /// against (`Stats::level_targets`, `tierkv.level-targets`). `None`
+    /// (the default): the design does not say.
+    fn level_targets(&self, v: &Version) -> Option<LevelTargets> {
+        let _ = v;
+        None
+    }
 
     /// Input bytes per level of a task, for stats. The default sums the
     /// input tables; a design whose tasks take only part of a table (a key
