@@ -151,6 +151,14 @@ impl LogWriter {
             LogWriter::Pm(_) => Ok(()),
         }
     }
+    /// Closes the log for good where its synced records end (a PM log
+    /// records it, so that later damage reads as corruption).
+    fn seal(&mut self) -> Result<()> {
+        match self {
+            LogWriter::File(w) => w.seal(),
+            LogWriter::Pm(w) => w.seal(),
+        }
+    }
     fn is_pm(&self) -> bool {
         matches!(self, LogWriter::Pm(_))
     }
@@ -615,10 +623,11 @@ impl Db {
         }
         // Wait for queued writers to drain, then make the WAL durable.
         let _w = self.inner.writers.lock();
-        let r = self
-            .inner
-            .sync_closed_logs()
-            .and_then(|()| self.inner.log.lock().sync());
+        let r = self.inner.sync_closed_logs().and_then(|()| {
+            let mut log = self.inner.log.lock();
+            log.sync()?;
+            log.seal()
+        });
         self.inner.release_obsolete();
         self.inner.versions.close();
         r
@@ -815,6 +824,16 @@ impl Replay {
                     )?
                 }
             };
+            if let (Some(off), Some(_), true) = (torn, pm_first, i + 1 < count) {
+                // Every record of a PM WAL is persisted before the next is
+                // written, and a newer log starts only after the last one:
+                // only the newest PM WAL can have a record in flight.
+                return Err(Error::corruption(
+                    pm.map_or("PM region", |p| p.region().name()),
+                    off,
+                    format!("PM WAL {n} ends in a damaged record but later WALs follow it (only the newest log can be torn by a crash)"),
+                ));
+            }
             if let Some(off) = torn {
                 if dropped {
                     log::warn!(

@@ -60,7 +60,7 @@ pub mod reader;
 pub mod writer;
 
 pub use pm::{is_pm_full, ExtentSource, PmLog, PmSink, PmSource};
-pub use reader::{FileLog, LogSource, Reader};
+pub use reader::{FileLog, LogSource, Reader, Tail};
 pub use writer::{FileSink, LogSink, Writer};
 
 /// Size of a log block in bytes.

@@ -18,7 +18,12 @@
 //!  E+24   extent_len  u64le    this extent's length in bytes
 //!  E+32   next        u64le    offset of the next extent, 0 = none
 //!                              (not covered by the crc: updated in place)
-//!  E+40   unused up to E+4096
+//!  E+40   seal_end    u64le    first extent only: the log offset where the
+//!                              log was closed cleanly (0 when created)
+//!  E+48   seal_crc    u32le    masked crc32c of log_number ‖ seal_end (u64le
+//!                              each); any other value: not sealed
+//!  E+52   0           u32
+//!  E+56   unused up to E+4096
 //!  E+4096 block 0 | block 1 | ... | block k-1       (log format, mod docs)
 //! ```
 //!
@@ -56,6 +61,12 @@
 //! 4. An extent allocated but not yet linked when a crash hits is reachable
 //!    from nothing: the engine's allocator reconciliation frees it (it
 //!    knows the live chains through [`PmLog::extents`]).
+//! 5. The seal ([`PmSink::seal`], at a clean close) is stored only after
+//!    every record before it was persisted, and its checksum ties it to the
+//!    log, so a seal that verifies proves that no record before `seal_end`
+//!    was in flight: damage there is corruption, never a torn tail
+//!    (reader module docs). A new extent's seal fields are zeroed with its
+//!    header, so stale bytes of a reused page never read as a seal.
 //!
 //! # Full region
 //!
@@ -81,7 +92,7 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::storage::PmRegion;
 
-use super::reader::{LogSource, Reader};
+use super::reader::{LogSource, Reader, Tail};
 use super::writer::LogSink;
 use super::{mask_crc, unmask_crc, BLOCK_SIZE, HEADER_SIZE, ZEROS};
 
@@ -97,8 +108,14 @@ pub const EXTENT_VERSION: u32 = 1;
 /// Offset of the `next` field inside an extent header.
 const NEXT_FIELD: u64 = 32;
 
-/// Bytes of the header that are written (the rest of the page is unused).
+/// Bytes of the header under the checksum (and the `next` field).
 const HEADER_FIELDS_BYTES: usize = 40;
+
+/// Offset of the seal (first extent of a chain: `seal_end`, `seal_crc`, 0).
+const SEAL_FIELD: u64 = 40;
+
+/// Bytes of the seal.
+const SEAL_BYTES: usize = 16;
 
 const BLOCK: u64 = BLOCK_SIZE as u64;
 
@@ -232,6 +249,46 @@ fn read_extent_header(region: &dyn PmRegion, at: u64) -> Result<ExtentHeader> {
     Ok(h)
 }
 
+fn seal_crc(log_number: u64, seal_end: u64) -> u32 {
+    let mut b = [0u8; 16];
+    b[0..8].copy_from_slice(&log_number.to_le_bytes());
+    b[8..16].copy_from_slice(&seal_end.to_le_bytes());
+    mask_crc(crc32c::crc32c(&b))
+}
+
+fn encode_seal(log_number: u64, seal_end: u64) -> [u8; SEAL_BYTES] {
+    let mut b = [0u8; SEAL_BYTES];
+    b[0..8].copy_from_slice(&seal_end.to_le_bytes());
+    b[8..12].copy_from_slice(&seal_crc(log_number, seal_end).to_le_bytes());
+    b
+}
+
+/// The seal of the chain whose first extent is at `first`: `Some(log
+/// offset)` if the log was sealed (the seal verifies), `None` otherwise. A
+/// verified seal beyond the chain's `capacity` (log bytes) is corruption.
+fn read_seal(
+    region: &dyn PmRegion,
+    first: u64,
+    log_number: u64,
+    capacity: u64,
+) -> Result<Option<u64>> {
+    let mut b = [0u8; SEAL_BYTES];
+    region.read(first + SEAL_FIELD, &mut b)?;
+    let end = u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
+    let crc = u32::from_le_bytes([b[8], b[9], b[10], b[11]]);
+    if crc != seal_crc(log_number, end) {
+        return Ok(None);
+    }
+    if end > capacity {
+        return Err(Error::corruption(
+            region.name(),
+            first + SEAL_FIELD,
+            format!("PM WAL seal at log offset {end}, beyond the chain's {capacity} log bytes"),
+        ));
+    }
+    Ok(Some(end))
+}
+
 /// Walks the chain from `first`, verifying every header, that every extent
 /// belongs to `log_number` (that of the first extent if `None`) and that no
 /// two extents overlap (which also rules out cycles).
@@ -313,6 +370,7 @@ impl PmLog {
             cur: 0,
             cur_pos: 0,
             synced: (0, 0),
+            sealed: false,
         };
         sink.grow()?;
         Ok(sink)
@@ -337,6 +395,12 @@ impl PmLog {
             });
             block_count += blocks;
         }
+        let sealed_end = read_seal(
+            region.as_ref(),
+            first_extent,
+            log_number,
+            block_count * BLOCK,
+        )?;
         let name = region.name().to_string();
         Ok(Reader::new(
             PmSource {
@@ -344,9 +408,23 @@ impl PmLog {
                 name,
                 extents,
                 block_count,
+                sealed_end,
             },
             log_number,
         ))
+    }
+
+    /// The log offset the log starting at `first_extent` was sealed at by a
+    /// clean close, if it was (`None` after a crash, or for a log still being
+    /// written).
+    pub fn sealed_end(region: &dyn PmRegion, first_extent: u64) -> Result<Option<u64>> {
+        let chain = walk_chain(region, first_extent, None)?;
+        let log_number = chain.first().map_or(0, |(_, h)| h.log_number);
+        let capacity = chain
+            .iter()
+            .map(|(_, h)| blocks_per_extent(h.extent_len) * BLOCK)
+            .sum();
+        read_seal(region, first_extent, log_number, capacity)
     }
 
     /// The extents `(offset, len_bytes)` of the chain starting at
@@ -383,6 +461,8 @@ pub struct PmSink {
     cur: usize,
     cur_pos: u64,
     synced: (usize, u64),
+    /// Sealed: nothing may be appended any more.
+    sealed: bool,
 }
 
 impl PmSink {
@@ -433,11 +513,12 @@ impl PmSink {
                 region.name()
             )));
         }
-        // (1) The header with next = 0 and a zero first fragment header,
-        // persisted before anything points at them.
+        // (1) The header with next = 0 (and a zeroed seal) and a zero first
+        // fragment header, persisted before anything points at them.
         let header = encode_extent_header(self.log_number, len);
         region.write(offset, &header)?;
-        region.persist(offset, header.len())?;
+        region.write(offset + SEAL_FIELD, &[0u8; SEAL_BYTES])?;
+        region.persist(offset, header.len() + SEAL_BYTES)?;
         region.write(offset + EXTENT_HEADER_BYTES, &ZEROS)?;
         region.persist(offset + EXTENT_HEADER_BYTES, HEADER_SIZE)?;
         // (2) Then the 8-byte atomic link from the previous extent.
@@ -504,6 +585,13 @@ impl PmSink {
 
 impl LogSink for PmSink {
     fn append(&mut self, mut data: &[u8]) -> Result<()> {
+        if self.sealed {
+            return Err(Error::InvalidArgument(format!(
+                "{}: PM WAL {} is sealed",
+                self.region.name(),
+                self.log_number
+            )));
+        }
         while !data.is_empty() {
             if self.cur_pos == self.extents[self.cur].cap {
                 if self.cur + 1 == self.extents.len() {
@@ -549,6 +637,19 @@ impl LogSink for PmSink {
         Ok(())
     }
 
+    /// Stores the seal (module docs, crash consistency 5) at the synced
+    /// end: `synced` is a record boundary with every byte before it
+    /// persisted, whatever was appended later.
+    fn seal(&mut self) -> Result<()> {
+        let (i, pos) = self.synced;
+        let end = self.extents[..i].iter().map(|e| e.cap).sum::<u64>() + pos;
+        let at = self.first_extent() + SEAL_FIELD;
+        self.region.write(at, &encode_seal(self.log_number, end))?;
+        self.region.persist(at, SEAL_BYTES)?;
+        self.sealed = true;
+        Ok(())
+    }
+
     fn reserve(&mut self, len_bytes: u64) -> Result<()> {
         let mut available = self.available();
         while available < len_bytes {
@@ -571,6 +672,7 @@ pub struct PmSource {
     name: String,
     extents: Vec<SourceExtent>,
     block_count: u64,
+    sealed_end: Option<u64>,
 }
 
 impl PmSource {
@@ -603,6 +705,12 @@ impl LogSource for PmSource {
         let e = self.extents[i];
         let at = e.offset + EXTENT_HEADER_BYTES + (index - e.first_block) * BLOCK;
         Ok((self.region.slice(at, BLOCK_SIZE)?, at))
+    }
+
+    fn tail(&self) -> Tail {
+        Tail::Unordered {
+            sealed_end: self.sealed_end,
+        }
     }
 }
 
