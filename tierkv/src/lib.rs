@@ -16,6 +16,7 @@ pub mod design;
 pub mod error;
 pub mod iter;
 pub mod key;
+pub mod lost;
 pub mod memtable;
 pub mod options;
 pub mod sst;

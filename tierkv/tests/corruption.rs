@@ -126,6 +126,18 @@ fn point_in_time_recovery_ends_the_wal_at_damage() {
     for i in 0..first_missing as u32 {
         assert_eq!(db.get(&key(i)).expect("get"), Some(value(i)));
     }
+    // The damaged WAL, which holds the dropped records, is kept in lost/.
+    let name = wal
+        .file_name()
+        .expect("name")
+        .to_string_lossy()
+        .into_owned();
+    assert!(!fs.exists(&wal));
+    assert_eq!(
+        fs.list(&dir().join("lost")).expect("lost/"),
+        vec![name],
+        "the damaged WAL is kept"
+    );
 }
 
 #[test]

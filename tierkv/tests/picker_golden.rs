@@ -414,7 +414,7 @@ impl Script {
                     let sim: Arc<dyn PmRegion> = Arc::new(SimRegion::new(pm_bytes as usize));
                     o.pm_region = Some(sim);
                     o.pm_size_bytes = pm_bytes;
-                    let tier = Arc::new(PmTier::open(&o).expect("PM tier"));
+                    let tier = Arc::new(PmTier::open(&o, false).expect("PM tier"));
                     let (pmd, d): (PmDesign, Arc<dyn Design>) = match o.design {
                         Preset::Triangle => {
                             let t = Arc::new(Triangle::new(&o, Arc::clone(&tier)).expect("design"));

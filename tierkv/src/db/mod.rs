@@ -278,7 +278,7 @@ impl Db {
             options.verify_checksums,
         ));
         let pm = if options.has_pm() {
-            Some(Arc::new(PmTier::open(&options)?))
+            Some(Arc::new(PmTier::open(&options, exists)?))
         } else {
             None
         };
@@ -401,10 +401,14 @@ impl Db {
             versions,
             _lock: lock,
         });
-        inner.remove_obsolete_files()?;
         if let Some(pm) = &inner.pm {
             pm.reconcile(&inner.versions)?;
         }
+        // Last: nothing is deleted by an open that fails.
+        inner.remove_obsolete_files(&Salvage {
+            manifest_torn: recovered.manifest_torn_at.is_some(),
+            damaged_wals: replay.damaged_wals,
+        })?;
 
         let threads = start_background(&inner);
         Ok(Db {
@@ -696,6 +700,19 @@ struct Replay {
     /// One edit per region (region order) adding the replayed tables.
     edits: Vec<VersionEdit>,
     last_seq: SeqNo,
+    /// SSD WALs that ended damaged (a torn tail, or damage a point-in-time
+    /// recovery stopped at): kept in `lost/` once obsolete.
+    damaged_wals: Vec<u64>,
+}
+
+/// What the cleanup at the end of an open keeps in `lost/` instead of
+/// deleting.
+struct Salvage {
+    /// The manifest ended in a torn record: unreferenced tables and the old
+    /// manifest are kept.
+    manifest_torn: bool,
+    /// WAL files to keep.
+    damaged_wals: Vec<u64>,
 }
 
 impl Replay {
@@ -773,6 +790,7 @@ impl Replay {
             Ok(())
         };
         let count = logs.len();
+        let mut damaged_wals = Vec::new();
         for (i, (n, pm_first)) in logs.into_iter().enumerate() {
             let mut apply = |record: Vec<u8>, source: &str, offset: u64| -> Result<()> {
                 let batch = WriteBatch::decode(record, source, offset)?;
@@ -834,6 +852,9 @@ impl Replay {
                     format!("PM WAL {n} ends in a damaged record but later WALs follow it (only the newest log can be torn by a crash)"),
                 ));
             }
+            if let (Some(_), None) = (torn, pm_first) {
+                damaged_wals.push(n);
+            }
             if let Some(off) = torn {
                 if dropped {
                     log::warn!(
@@ -860,7 +881,11 @@ impl Replay {
                 flush(region, mem, &mut edits[region], last_seq)?;
             }
         }
-        Ok(Replay { edits, last_seq })
+        Ok(Replay {
+            edits,
+            last_seq,
+            damaged_wals,
+        })
     }
 }
 
@@ -1647,8 +1672,11 @@ impl Inner {
     }
 
     /// At open: removes SSTs no version references, WALs below the log
-    /// number, and leftover temporary files.
-    fn remove_obsolete_files(&self) -> Result<()> {
+    /// number, manifests CURRENT does not name, and leftover temporary
+    /// files — or moves them to `lost/` (`crate::lost`) when `salvage` says
+    /// they may hold what a person wants: every unreferenced table and the
+    /// old manifest after a torn manifest, damaged WALs.
+    fn remove_obsolete_files(&self, salvage: &Salvage) -> Result<()> {
         self.release_obsolete();
         let live: HashSet<u64> = self
             .versions
@@ -1657,21 +1685,35 @@ impl Inner {
             .flat_map(|v| v.table_ids().collect::<Vec<_>>())
             .collect();
         let log_number = self.versions.log_number();
+        let manifest = self.versions.manifest_number();
         for name in self.fs.list(&self.dir)? {
-            let remove = if let Some(n) = name
-                .strip_suffix(".sst")
-                .and_then(|n| n.parse::<u64>().ok())
-            {
-                !live.contains(&n)
-            } else if let Some(n) = name
-                .strip_suffix(".log")
-                .and_then(|n| n.parse::<u64>().ok())
-            {
-                n < log_number
-            } else {
-                name == "CURRENT.tmp"
+            let number = |suffix: &str| {
+                name.strip_suffix(suffix)
+                    .and_then(|n| n.parse::<u64>().ok())
             };
-            if remove {
+            let (remove, keep) = if let Some(n) = number(".sst") {
+                let dead = !live.contains(&n);
+                (dead, dead && salvage.manifest_torn)
+            } else if let Some(n) = number(".log") {
+                let dead = n < log_number;
+                (dead, dead && salvage.damaged_wals.contains(&n))
+            } else if let Some(n) = name
+                .strip_prefix("MANIFEST-")
+                .and_then(|n| n.parse::<u64>().ok())
+            {
+                let dead = manifest.is_some_and(|m| m != n);
+                (dead, dead && salvage.manifest_torn)
+            } else {
+                (name == "CURRENT.tmp", false)
+            };
+            if keep {
+                crate::lost::keep(
+                    self.fs.as_ref(),
+                    &self.dir,
+                    &name,
+                    "it may hold data a damaged log or manifest no longer references",
+                )?;
+            } else if remove {
                 let _ = self.fs.remove(&self.dir.join(&name));
             }
         }

@@ -43,6 +43,21 @@ impl ExtentSource for AllocExtents {
     }
 }
 
+/// The offset of the first non-zero byte of the region, if any.
+fn first_non_zero(region: &dyn PmRegion) -> Result<Option<u64>> {
+    const CHUNK: u64 = 1 << 20;
+    let mut at = 0;
+    while at < region.len() {
+        let n = CHUNK.min(region.len() - at);
+        let bytes = region.slice(at, n as usize)?;
+        if let Some(i) = bytes.iter().position(|&b| b != 0) {
+            return Ok(Some(at + i as u64));
+        }
+        at += n;
+    }
+    Ok(None)
+}
+
 fn run_of(alloc: &PageAllocator, offset: u64, len_bytes: u64) -> PageRun {
     PageRun {
         first: offset / alloc.page_size(),
@@ -52,8 +67,11 @@ fn run_of(alloc: &PageAllocator, offset: u64, len_bytes: u64) -> PageRun {
 
 impl PmTier {
     /// Maps (or takes the injected) region and opens its allocator,
-    /// formatting a region that was never formatted.
-    pub fn open(opts: &Options) -> Result<PmTier> {
+    /// formatting a region that was never formatted. For an existing
+    /// database (`db_exists`) a region whose superblock is blank but which
+    /// holds any data is never formatted: that is a damaged superblock, and
+    /// formatting would lose what the region holds (`Corruption`).
+    pub fn open(opts: &Options, db_exists: bool) -> Result<PmTier> {
         let region = match (&opts.pm_region, &opts.pm_dir) {
             (Some(r), _) => Arc::clone(r),
             (None, Some(dir)) => {
@@ -74,6 +92,20 @@ impl PmTier {
         let alloc = match PageAllocator::open(Arc::clone(&region)) {
             Ok(a) => a,
             Err(Error::NotADatabase(why)) => {
+                if db_exists {
+                    if let Some(at) = first_non_zero(region.as_ref())? {
+                        return Err(Error::corruption(
+                            region.name(),
+                            0,
+                            format!(
+                                "{why}, yet the region of an existing database holds data \
+                                 (a non-zero byte at offset {at}): the allocator superblock is \
+                                 damaged; refusing to format it (Db::repair rebuilds the \
+                                 database from what the region and the directory hold)"
+                            ),
+                        ));
+                    }
+                }
                 log::info!("{}: formatting PM region ({why})", region.name());
                 PageAllocator::format(Arc::clone(&region))?
             }

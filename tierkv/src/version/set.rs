@@ -78,6 +78,11 @@ pub struct Recovered {
     pub last_seqno: SeqNo,
     /// PM WALs still live.
     pub pm_wals: Vec<PmWal>,
+    /// The manifest ended in an incomplete (torn) record at this offset: an
+    /// edit that was never installed. Files the version does not reference
+    /// are then kept in `lost/` instead of being deleted, and so is the
+    /// damaged manifest.
+    pub manifest_torn_at: Option<u64>,
 }
 
 /// The current version and its manifest.
@@ -162,6 +167,14 @@ impl VersionSet {
     /// Recovers the version from CURRENT and its manifest, then starts a
     /// fresh manifest holding a snapshot of it. A manifest whose region
     /// layout differs from `layout` is refused (`InvalidOptions`).
+    ///
+    /// Only an incomplete final record is a torn tail (an edit that was
+    /// never installed: `Recovered::manifest_torn_at`); any other damage is
+    /// `Error::Corruption` naming the manifest and the record's offset, and
+    /// so is a design record the design rejects
+    /// (`TableContext::design_record_check`). The old manifest is left in
+    /// place: the caller removes it (or keeps it in `lost/`) once the open
+    /// succeeded.
     pub fn recover(
         fs: Arc<dyn FileSystem>,
         dir: &Path,
@@ -205,6 +218,18 @@ impl VersionSet {
                 }
             }
             for e in group {
+                if let Some(check) = ctx.design_record_check.get() {
+                    for (tag, bytes) in &e.design_records {
+                        check(*tag, bytes).map_err(|err| match err {
+                            Error::Corruption { what, .. } => Error::corruption(
+                                source.clone(),
+                                offset,
+                                format!("design record {tag:#x}: {what}"),
+                            ),
+                            other => other,
+                        })?;
+                    }
+                }
                 let v = versions.get_mut(e.region as usize).ok_or_else(|| {
                     Error::corruption(
                         source.clone(),
@@ -252,14 +277,20 @@ impl VersionSet {
             ));
         }
         if let Some(off) = reader.torn_tail() {
-            // A manifest record is synced before its edit takes effect, so a
-            // torn tail is an edit that never happened.
-            log::warn!("{source}: torn tail at offset {off} dropped");
+            // A manifest record is synced before its edit takes effect, so an
+            // incomplete last record is an edit that never happened.
+            log::warn!("{source}: torn tail at offset {off} dropped (an edit never installed)");
+            rec.manifest_torn_at = Some(off);
         }
         let next_file = next_file.ok_or_else(|| {
             Error::corruption(source.clone(), 0, "manifest has no next-file-number record")
         })?;
-        let next_file = next_file.max(manifest_number + 1);
+        // A file the manifest does not know of (the output of an edit that
+        // was torn, a WAL created after the last record) must never be
+        // overwritten by a new file of the same number.
+        let next_file = next_file
+            .max(manifest_number + 1)
+            .max(largest_file_number(fs.as_ref(), dir).saturating_add(1));
         rec.pm_wals = pm_wals.clone();
         let vs = VersionSet::new(fs, dir, ctx, stats, versions, next_file, layout);
         vs.log_numbers
@@ -267,8 +298,12 @@ impl VersionSet {
             .copy_from_slice(&rec.region_log_numbers);
         *vs.pm_wals.lock() = pm_wals;
         vs.write_new_manifest(rec.last_seqno)?;
-        let _ = vs.fs.remove(&manifest_path);
         Ok((vs, rec))
+    }
+
+    /// The number of the manifest CURRENT names (`None` once closed).
+    pub fn manifest_number(&self) -> Option<u64> {
+        self.manifest.lock().as_ref().map(|m| m.number)
     }
 
     /// The current version of region 0 (the only one without regions).
@@ -458,6 +493,26 @@ impl VersionSet {
     pub fn close(&self) {
         self.manifest.lock().take();
     }
+}
+
+/// The number of a table, WAL or manifest file name.
+pub fn file_number(name: &str) -> Option<u64> {
+    name.strip_suffix(".sst")
+        .or_else(|| name.strip_suffix(".log"))
+        .or_else(|| name.strip_prefix("MANIFEST-"))
+        .and_then(|n| n.parse::<u64>().ok())
+}
+
+/// The largest file number in `dir` and in its `lost/` directory (0 if
+/// none).
+fn largest_file_number(fs: &dyn FileSystem, dir: &Path) -> u64 {
+    [dir.to_path_buf(), dir.join(crate::lost::LOST_DIR)]
+        .iter()
+        .filter_map(|d| fs.list(d).ok())
+        .flatten()
+        .filter_map(|n| file_number(&n))
+        .max()
+        .unwrap_or(0)
 }
 
 /// Points CURRENT at manifest `number` atomically and durably.
