@@ -417,6 +417,15 @@ impl Db {
         })
     }
 
+    /// Rebuilds the database in `dir` from the tables and logs found (and
+    /// the PM tier's WALs and RowTables), when its MANIFEST is damaged or
+    /// lost: RocksDB's `RepairDB`. Reports what was recovered and what
+    /// could not be; the files it read are kept in `lost/`. See
+    /// [`crate::repair`].
+    pub fn repair(dir: impl AsRef<Path>, options: Options) -> Result<crate::repair::RepairReport> {
+        crate::repair::repair(dir.as_ref(), options)
+    }
+
     /// Sets `key` to `value`.
     pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
         let mut b = WriteBatch::with_capacity(key.len() + value.len() + 8);

@@ -495,6 +495,29 @@ impl VersionSet {
     }
 }
 
+/// Writes `MANIFEST-<number>` holding `group` as its one (snapshot)
+/// record, syncs it and the directory, and points CURRENT at it. For
+/// `Db::repair`, which builds a version from the files it finds: `group`
+/// must describe a whole database (region 0 first, with the next file
+/// number and last seqno; tables already durable).
+pub fn install_snapshot_manifest(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    number: u64,
+    group: &[VersionEdit],
+) -> Result<()> {
+    let path = dir.join(manifest_file_name(number));
+    let file = fs.create(&path, WriteHint::default())?;
+    let mut writer = LogWriter::new(FileSink(file), number);
+    let mut buf = Vec::new();
+    VersionEdit::encode_group(group, &mut buf);
+    writer.add_record(&buf)?;
+    writer.sync()?;
+    drop(writer);
+    fs.sync_dir(dir)?;
+    set_current(fs, dir, number)
+}
+
 /// The number of a table, WAL or manifest file name.
 pub fn file_number(name: &str) -> Option<u64> {
     name.strip_suffix(".sst")

@@ -297,7 +297,33 @@ fn walk_chain(
     first: u64,
     log_number: Option<u64>,
 ) -> Result<Vec<(u64, ExtentHeader)>> {
+    let (chain, error) = walk_chain_prefix(region, first, log_number);
+    match error {
+        Some(e) => Err(e),
+        None => Ok(chain),
+    }
+}
+
+/// Like [`walk_chain`], but returns the valid prefix of the chain together
+/// with the error that ended it, if any.
+fn walk_chain_prefix(
+    region: &dyn PmRegion,
+    first: u64,
+    log_number: Option<u64>,
+) -> (Vec<(u64, ExtentHeader)>, Option<Error>) {
     let mut out: Vec<(u64, ExtentHeader)> = Vec::new();
+    match walk_into(region, first, log_number, &mut out) {
+        Ok(()) => (out, None),
+        Err(e) => (out, Some(e)),
+    }
+}
+
+fn walk_into(
+    region: &dyn PmRegion,
+    first: u64,
+    log_number: Option<u64>,
+    out: &mut Vec<(u64, ExtentHeader)>,
+) -> Result<()> {
     let mut ranges: BTreeMap<u64, u64> = BTreeMap::new();
     let mut at = first;
     loop {
@@ -336,10 +362,39 @@ fn walk_chain(
         ranges.insert(at, end);
         out.push((at, h));
         if h.next == 0 {
-            return Ok(out);
+            return Ok(());
         }
         at = h.next;
     }
+}
+
+/// A reader over the blocks of `chain`.
+fn reader_over(
+    region: Arc<dyn PmRegion>,
+    chain: Vec<(u64, ExtentHeader)>,
+    log_number: u64,
+    sealed_end: Option<u64>,
+) -> Reader<PmSource> {
+    let mut extents = Vec::with_capacity(chain.len());
+    let mut block_count = 0;
+    for (offset, h) in chain {
+        extents.push(SourceExtent {
+            offset,
+            first_block: block_count,
+        });
+        block_count += blocks_per_extent(h.extent_len);
+    }
+    let name = region.name().to_string();
+    Reader::new(
+        PmSource {
+            region,
+            name,
+            extents,
+            block_count,
+            sealed_end,
+        },
+        log_number,
+    )
 }
 
 /// Entry points for WALs in PM.
@@ -385,33 +440,61 @@ impl PmLog {
         log_number: u64,
     ) -> Result<Reader<PmSource>> {
         let chain = walk_chain(region.as_ref(), first_extent, Some(log_number))?;
-        let mut extents = Vec::with_capacity(chain.len());
-        let mut block_count = 0;
-        for (offset, h) in chain {
-            let blocks = blocks_per_extent(h.extent_len);
-            extents.push(SourceExtent {
-                offset,
-                first_block: block_count,
-            });
-            block_count += blocks;
+        let capacity = chain
+            .iter()
+            .map(|(_, h)| blocks_per_extent(h.extent_len) * BLOCK)
+            .sum();
+        let sealed_end = read_seal(region.as_ref(), first_extent, log_number, capacity)?;
+        Ok(reader_over(region, chain, log_number, sealed_end))
+    }
+
+    /// For `Db::repair`: a reader over the longest valid prefix of the chain
+    /// starting at `first_extent` (its first extent must verify), and the
+    /// error that cut the chain short, if one did. The seal is ignored.
+    pub fn open_prefix_for_salvage(
+        region: Arc<dyn PmRegion>,
+        first_extent: u64,
+        log_number: u64,
+    ) -> Result<(Reader<PmSource>, Option<Error>)> {
+        let (chain, error) = walk_chain_prefix(region.as_ref(), first_extent, Some(log_number));
+        if chain.is_empty() {
+            return Err(error.unwrap_or_else(|| {
+                Error::corruption(region.name(), first_extent, "PM WAL: no extent")
+            }));
         }
-        let sealed_end = read_seal(
-            region.as_ref(),
-            first_extent,
-            log_number,
-            block_count * BLOCK,
-        )?;
-        let name = region.name().to_string();
-        Ok(Reader::new(
-            PmSource {
-                region,
-                name,
-                extents,
-                block_count,
-                sealed_end,
-            },
-            log_number,
-        ))
+        Ok((reader_over(region, chain, log_number, None), error))
+    }
+
+    /// For `Db::repair`: the chains of PM WAL extents found without the
+    /// MANIFEST. Looks for an extent header that verifies at each offset of
+    /// `offsets` (extents start at page boundaries), and returns `(first
+    /// extent, log number)` of every chain — an extent that no other found
+    /// extent of its log links to — ordered by log number.
+    pub fn find_chains(
+        region: &dyn PmRegion,
+        offsets: impl Iterator<Item = u64>,
+    ) -> Vec<(u64, u64)> {
+        let mut found: BTreeMap<u64, ExtentHeader> = BTreeMap::new();
+        for at in offsets {
+            let magic = region.slice(at, EXTENT_MAGIC.len());
+            if magic.is_ok_and(|m| m == EXTENT_MAGIC) {
+                if let Ok(h) = read_extent_header(region, at) {
+                    found.insert(at, h);
+                }
+            }
+        }
+        let linked: std::collections::HashSet<(u64, u64)> = found
+            .values()
+            .filter(|h| h.next != 0)
+            .map(|h| (h.next, h.log_number))
+            .collect();
+        let mut chains: Vec<(u64, u64)> = found
+            .iter()
+            .filter(|(at, h)| !linked.contains(&(**at, h.log_number)))
+            .map(|(at, h)| (*at, h.log_number))
+            .collect();
+        chains.sort_by_key(|&(at, log)| (log, at));
+        chains
     }
 
     /// The log offset the log starting at `first_extent` was sealed at by a

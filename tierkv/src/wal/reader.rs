@@ -166,6 +166,10 @@ pub struct Reader<S: LogSource> {
     torn_tail: Option<u64>,
     dropped: bool,
     point_in_time: bool,
+    /// Salvage mode: damage followed by records is skipped, not an error.
+    salvage: bool,
+    /// Salvage mode: the damaged ranges skipped, as (offset, what).
+    skipped: Vec<(u64, String)>,
     last_record_offset: u64,
 }
 
@@ -230,8 +234,26 @@ impl<S: LogSource> Reader<S> {
             torn_tail: None,
             dropped: false,
             point_in_time: false,
+            salvage: false,
+            skipped: Vec::new(),
             last_record_offset: 0,
         }
+    }
+
+    /// Salvage mode, for `Db::repair`: damage followed by a valid record of
+    /// this log is skipped (recorded in [`skipped`](Self::skipped)) and
+    /// reading resumes at that record; the log ends at damage nothing valid
+    /// follows, without an error. Never used to open a database: it reads
+    /// records after a hole.
+    pub fn salvage(mut self, on: bool) -> Self {
+        self.salvage = on;
+        self
+    }
+
+    /// Salvage mode: the damaged places skipped so far, as (offset of the
+    /// damaged record, what was wrong).
+    pub fn skipped(&self) -> &[(u64, String)] {
+        &self.skipped
     }
 
     /// Point-in-time mode: every damaged record ends the log (no
@@ -311,6 +333,22 @@ impl<S: LogSource> Reader<S> {
                     scan_from,
                 } => {
                     buf.clear();
+                    if self.salvage {
+                        if let Some((block, pos, next_at)) = match scan_from {
+                            Some((b, p)) => self.find_record_start(b, p)?,
+                            None => None,
+                        } {
+                            let record = start.unwrap_or(at).physical;
+                            self.skipped.push((
+                                record,
+                                format!("{what} (resumed at the record at {next_at})"),
+                            ));
+                            self.block = block;
+                            self.pos = pos;
+                            start = None;
+                            continue;
+                        }
+                    }
                     return self.stop(start, at, what, kind, scan_from);
                 }
             }
@@ -521,9 +559,9 @@ impl<S: LogSource> Reader<S> {
             StopKind::Damaged => (false, false),
         };
         let later = match scan_from {
-            Some((block, pos)) if !ends || kind == StopKind::ZeroHeader => {
-                self.find_record_start(block, pos)?
-            }
+            Some((block, pos)) if !ends || kind == StopKind::ZeroHeader => self
+                .find_record_start(block, pos)?
+                .map(|(_, _, physical)| physical),
             _ => None,
         };
         self.done = true;
@@ -532,7 +570,7 @@ impl<S: LogSource> Reader<S> {
         } else {
             format!(" (in its fragment at {})", at.physical)
         };
-        if self.point_in_time {
+        if self.point_in_time || self.salvage {
             if !ends || later.is_some() {
                 self.torn_tail = Some(record.physical);
                 self.dropped = later.is_some();
@@ -587,10 +625,15 @@ impl<S: LogSource> Reader<S> {
         }
     }
 
-    /// The offset of the first valid fragment of this log that starts a
-    /// record, found by following valid fragments from `(block, pos)` (a
-    /// fragment boundary) and from every later block start.
-    fn find_record_start(&self, mut block: u64, mut pos: usize) -> Result<Option<u64>> {
+    /// The first valid fragment of this log that starts a record — its
+    /// block, position in the block and physical offset — found by
+    /// following valid fragments from `(block, pos)` (a fragment boundary)
+    /// and from every later block start.
+    fn find_record_start(
+        &self,
+        mut block: u64,
+        mut pos: usize,
+    ) -> Result<Option<(u64, usize, u64)>> {
         let count = self.source.block_count();
         while block < count {
             let (data, phys) = self.source.block(block)?;
@@ -604,7 +647,9 @@ impl<S: LogSource> Reader<S> {
                     break;
                 }
                 match RecordType::from_u8(h.ty) {
-                    Some(t) if t.starts_record() => return Ok(Some(phys + pos as u64)),
+                    Some(t) if t.starts_record() => {
+                        return Ok(Some((block, pos, phys + pos as u64)))
+                    }
                     Some(_) => pos = body + h.length,
                     None => break,
                 }
