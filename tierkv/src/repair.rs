@@ -72,6 +72,7 @@ use crate::stats::Tier;
 use crate::storage::alloc::{PageAllocator, PAGE_SIZE_BYTES};
 use crate::storage::posix::PosixFs;
 use crate::storage::{open_pm_region, FileSystem, PmRegion, WriteHint};
+use crate::version::closed::CLOSED_FILE_NAME;
 use crate::version::edit::{manifest_file_name, TableFormat, TableMeta, VersionEdit};
 use crate::version::set::{file_number, install_snapshot_manifest};
 use crate::wal::{FileLog, LogSource, PmLog, Reader};
@@ -507,6 +508,10 @@ pub fn repair(dir: &Path, options: Options) -> Result<RepairReport> {
                 found.states.push(state);
             }
         }
+    }
+    // A seal of the old manifest means nothing for the new one.
+    if names.iter().any(|n| n == CLOSED_FILE_NAME) {
+        found.inputs.push(CLOSED_FILE_NAME.to_string());
     }
     // The PM tier.
     let region = pm_region(&options)?;

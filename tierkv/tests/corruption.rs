@@ -58,23 +58,27 @@ fn expect_corruption(e: Error, source_part: &str) {
     }
 }
 
-/// Writes `n` keys, one synced batch each, and closes without flushing, so
-/// they live only in the WAL; returns that WAL's path.
-fn wal_only_db(fs: &MemFs, n: u32) -> PathBuf {
-    let db = Db::open(dir(), opts(fs)).expect("open");
+/// Writes `n` keys, one synced batch each, without flushing, so they live
+/// only in the WAL; returns the durable state after a power loss (no clean
+/// close: a torn WAL tail is then what a crash can leave) and that WAL's
+/// path.
+fn wal_only_db(n: u32) -> (MemFs, PathBuf) {
+    let fs = MemFs::new();
+    let db = Db::open(dir(), opts(&fs)).expect("open");
     for i in 0..n {
         let mut b = WriteBatch::new();
         b.put(&key(i), &value(i));
         db.write(b, &WriteOptions { sync: true }).expect("write");
     }
-    drop(db); // no flush: the WAL holds everything
-    files_with(fs, ".log").pop().expect("a wal")
+    let crashed = fs.crash();
+    drop(db);
+    let wal = files_with(&crashed, ".log").pop().expect("a wal");
+    (crashed, wal)
 }
 
 #[test]
 fn torn_wal_tail_is_truncated_cleanly() {
-    let fs = MemFs::new();
-    let wal = wal_only_db(&fs, 50);
+    let (fs, wal) = wal_only_db(50);
     let len = fs.file_size(&wal).expect("size") as usize;
     fs.truncate(&wal, len - 20).expect("truncate");
     let db = Db::open(dir(), opts(&fs)).expect("open after torn tail");
@@ -88,10 +92,32 @@ fn torn_wal_tail_is_truncated_cleanly() {
     );
 }
 
+/// After a clean close the same cut is damage, never a torn tail: CLOSED
+/// recorded every WAL's length (and the MANIFEST's).
+#[test]
+fn a_wal_or_manifest_cut_short_after_a_clean_close_is_corruption() {
+    for pattern in [".log", "MANIFEST-"] {
+        let fs = MemFs::new();
+        {
+            let db = Db::open(dir(), opts(&fs)).expect("open");
+            for i in 0..30 {
+                db.put(&key(i), &value(i)).expect("put");
+            }
+            db.close().expect("close");
+        }
+        let path = files_with(&fs, pattern).pop().expect("a file");
+        let len = fs.file_size(&path).expect("size") as usize;
+        fs.truncate(&path, len - 1).expect("truncate");
+        expect_corruption(
+            Db::open(dir(), opts(&fs)).err().expect("open must fail"),
+            pattern,
+        );
+    }
+}
+
 #[test]
 fn flipped_byte_in_wal_body_is_corruption_naming_the_file() {
-    let fs = MemFs::new();
-    let wal = wal_only_db(&fs, 50);
+    let (fs, wal) = wal_only_db(50);
     fs.corrupt(&wal, 100, 0x40).expect("corrupt");
     let e = Db::open(dir(), opts(&fs)).err().expect("open must fail");
     expect_corruption(e, ".log");
@@ -102,8 +128,7 @@ fn flipped_byte_in_wal_body_is_corruption_naming_the_file() {
 /// are dropped, never replayed around a hole).
 #[test]
 fn point_in_time_recovery_ends_the_wal_at_damage() {
-    let fs = MemFs::new();
-    let wal = wal_only_db(&fs, 50);
+    let (fs, wal) = wal_only_db(50);
     let len = fs.file_size(&wal).expect("size") as usize;
     fs.corrupt(&wal, len / 2, 0x40).expect("corrupt");
     let o = Options {

@@ -44,6 +44,7 @@ use crate::options::{Options, WalPlacement, WalRecovery};
 use crate::sst::{BlockCache, TableCounters};
 use crate::stats::{CompactionRecord, StallCause, Stats, StatsRecorder, Tier};
 use crate::storage::{FileLock, FileSystem, WriteHint};
+use crate::version::closed::{Closed, CLOSED_FILE_NAME};
 use crate::version::edit::VersionEdit;
 use crate::version::set::{wal_name, Recovered, VersionSet};
 use crate::version::{TableContext, Version};
@@ -642,7 +643,12 @@ impl Db {
             log.seal()
         });
         self.inner.release_obsolete();
-        self.inner.versions.close();
+        // Seal the manifest and the WALs only if everything got out whole.
+        if r.is_ok() && self.inner.state.lock().bg_error.is_none() {
+            self.inner.versions.close_clean()?;
+        } else {
+            self.inner.versions.close();
+        }
         r
     }
 }
@@ -757,6 +763,17 @@ impl Replay {
             }
         }
         logs.sort_unstable();
+        // After a clean close every WAL it sealed must be there (checked
+        // for its length and damage as it is replayed).
+        for &(n, _) in rec.closed_wals.iter().flatten() {
+            if !logs.iter().any(|&(l, pm)| l == n && pm.is_none()) {
+                return Err(Error::corruption(
+                    dir.join(wal_name(n)).display().to_string(),
+                    0,
+                    "missing, but the database was closed cleanly with it (CLOSED)",
+                ));
+            }
+        }
         // A WAL created after the last manifest record has a number the
         // manifest's next file number does not cover yet: the new WAL and
         // the replay's tables must not take it (a new WAL of the same
@@ -843,12 +860,20 @@ impl Replay {
                 }
                 None => {
                     let path = dir.join(wal_name(n));
-                    let log = wal::FileLog::new(path.display().to_string(), fs.read_all(&path)?);
+                    let bytes = fs.read_all(&path)?;
+                    let len = bytes.len() as u64;
+                    let log = wal::FileLog::new(path.display().to_string(), bytes);
                     let point_in_time = opts.wal_recovery == WalRecovery::PointInTime;
-                    replay_log(
+                    let r = replay_log(
                         wal::Reader::new(log, n).point_in_time(point_in_time),
                         &mut apply,
-                    )?
+                    )?;
+                    if let Some(&(_, sealed)) =
+                        rec.closed_wals.iter().flatten().find(|(w, _)| *w == n)
+                    {
+                        Closed::check_log(sealed, &path.display().to_string(), len, r.0)?;
+                    }
+                    r
                 }
             };
             if let (Some(off), Some(_), true) = (torn, pm_first, i + 1 < count) {
@@ -1713,7 +1738,9 @@ impl Inner {
                 let dead = manifest.is_some_and(|m| m != n);
                 (dead, dead && salvage.manifest_torn)
             } else {
-                (name == "CURRENT.tmp", false)
+                // A CLOSED names the manifest the open replaced.
+                let leftover = ["CURRENT.tmp", "CLOSED.tmp", CLOSED_FILE_NAME];
+                (leftover.contains(&name.as_str()), false)
             };
             if keep {
                 crate::lost::keep(

@@ -23,6 +23,7 @@
 //!    cross-row hints); it is built for every version by [`Version::apply`]
 //!    and then answers gets and iteration of that level.
 
+pub mod closed;
 pub mod edit;
 pub mod set;
 

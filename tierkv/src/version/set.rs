@@ -33,6 +33,7 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
+use super::closed::Closed;
 use super::edit::{
     decode_current, encode_current, manifest_file_name, PmWal, RegionLayout, VersionEdit,
 };
@@ -83,6 +84,9 @@ pub struct Recovered {
     /// are then kept in `lost/` instead of being deleted, and so is the
     /// damaged manifest.
     pub manifest_torn_at: Option<u64>,
+    /// The database was closed cleanly (`version::closed`): every live SSD
+    /// WAL's number and length then, which replay must find exactly.
+    pub closed_wals: Option<Vec<(u64, u64)>>,
 }
 
 /// The current version and its manifest.
@@ -188,6 +192,7 @@ impl VersionSet {
         let manifest_number = decode_current(&current, &current_path.display().to_string())?;
         let manifest_path = dir.join(manifest_file_name(manifest_number));
         let bytes = fs.read_all(&manifest_path)?;
+        let manifest_len = bytes.len() as u64;
         let source = manifest_path.display().to_string();
         let mut reader = LogReader::new(FileLog::new(source.clone(), bytes), manifest_number);
 
@@ -275,6 +280,12 @@ impl VersionSet {
                 reader.torn_tail().unwrap_or(0),
                 "manifest has no complete snapshot record",
             ));
+        }
+        if let Some(closed) = Closed::read(fs.as_ref(), dir, manifest_number) {
+            // A clean close sealed the manifest's length: a record cut short
+            // since (or a file cut at a record boundary) is damage.
+            Closed::check_log(closed.manifest.1, &source, manifest_len, reader.torn_tail())?;
+            rec.closed_wals = Some(closed.wals);
         }
         if let Some(off) = reader.torn_tail() {
             // A manifest record is synced before its edit takes effect, so an
@@ -492,6 +503,37 @@ impl VersionSet {
     /// Closes the manifest.
     pub fn close(&self) {
         self.manifest.lock().take();
+    }
+
+    /// Closes the manifest after a clean shutdown (every log synced, no
+    /// failure) and seals it: writes CLOSED with the manifest's length and
+    /// that of every SSD WAL at or above the log number
+    /// (`version::closed`). A manifest whose last write failed is closed
+    /// without a seal.
+    pub fn close_clean(&self) -> Result<()> {
+        let Some(m) = self.manifest.lock().take() else {
+            return Ok(());
+        };
+        if m.failed.is_some() {
+            return Ok(());
+        }
+        let log_number = self.log_number();
+        let mut wals: Vec<(u64, u64)> = Vec::new();
+        for name in self.fs.list(&self.dir)? {
+            if let Some(n) = name
+                .strip_suffix(".log")
+                .and_then(|n| n.parse::<u64>().ok())
+                .filter(|&n| n >= log_number)
+            {
+                wals.push((n, self.fs.file_size(&self.dir.join(&name))?));
+            }
+        }
+        wals.sort_unstable();
+        Closed {
+            manifest: (m.number, m.writer.bytes_written()),
+            wals,
+        }
+        .write(self.fs.as_ref(), &self.dir)
     }
 }
 
