@@ -72,7 +72,8 @@ run() {
   env "${envs[@]}" cargo test --release -p tierkv "$@" > "$log" 2>&1
   local status=$?
   end=$(date +%s)
-  grep -h '^SUMMARY' "$log" | sed 's/^SUMMARY /  /'
+  # (The test harness may print a summary on its own "test ... " line.)
+  grep -ho 'SUMMARY .*' "$log" | sed 's/^SUMMARY /  /; s/ *ok$//'
   if [ $status -eq 0 ]; then
     echo "$name: passed in $((end - start)) s"
   else

@@ -17,21 +17,36 @@ use crate::storage::FileSystem;
 /// Name of the directory inside the database directory.
 pub const LOST_DIR: &str = "lost";
 
-/// Moves `dir/name` to `dir/lost/name` (replacing a file of that name
-/// there) and makes the move durable. `why` is logged.
-pub fn keep(fs: &dyn FileSystem, dir: &Path, name: &str, why: &str) -> Result<()> {
+/// A name in `dir/lost/` for `name` that no file has yet: `name`, else
+/// `name.1`, `name.2`, …
+pub fn free_name(fs: &dyn FileSystem, dir: &Path, name: &str) -> String {
+    let lost = dir.join(LOST_DIR);
+    let mut candidate = name.to_string();
+    let mut i = 0u32;
+    while fs.exists(&lost.join(&candidate)) {
+        i += 1;
+        candidate = format!("{name}.{i}");
+    }
+    candidate
+}
+
+/// Moves `dir/name` to `dir/lost/` (as `name`, or `name.<n>` if a file
+/// kept earlier has that name) and makes the move durable; returns the
+/// name it got there. `why` is logged.
+pub fn keep(fs: &dyn FileSystem, dir: &Path, name: &str, why: &str) -> Result<String> {
     let lost = dir.join(LOST_DIR);
     fs.create_dir_all(&lost)?;
-    fs.rename(&dir.join(name), &lost.join(name))?;
+    let kept = free_name(fs, dir, name);
+    fs.rename(&dir.join(name), &lost.join(&kept))?;
     // The new name first: a crash in between leaves the file under both
     // names rather than under none.
     fs.sync_dir(&lost)?;
     fs.sync_dir(dir)?;
     log::warn!(
-        "{}: kept {name} in {LOST_DIR}/ instead of deleting it: {why}",
+        "{}: kept {name} as {LOST_DIR}/{kept} instead of deleting it: {why}",
         dir.display()
     );
-    Ok(())
+    Ok(kept)
 }
 
 #[cfg(test)]
@@ -52,12 +67,23 @@ mod tests {
         f.sync().unwrap();
         drop(f);
         fs.sync_dir(dir).unwrap();
-        keep(&fs, dir, "000007.sst", "test").unwrap();
+        assert_eq!(keep(&fs, dir, "000007.sst", "test").unwrap(), "000007.sst");
         let after = fs.crash();
         assert!(!after.exists(&dir.join("000007.sst")));
         assert_eq!(
             after.read_all(&dir.join("lost/000007.sst")).unwrap(),
             b"table"
         );
+        // A second file of that name does not replace the first.
+        let mut f = fs
+            .create(&dir.join("000007.sst"), WriteHint::default())
+            .unwrap();
+        f.append(b"again").unwrap();
+        drop(f);
+        assert_eq!(
+            keep(&fs, dir, "000007.sst", "test").unwrap(),
+            "000007.sst.1"
+        );
+        assert_eq!(fs.read_all(&dir.join("lost/000007.sst")).unwrap(), b"table");
     }
 }

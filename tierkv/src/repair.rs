@@ -602,12 +602,12 @@ pub fn repair(dir: &Path, options: Options) -> Result<RepairReport> {
         .filter(|n| n.starts_with("MANIFEST-") && **n != new_manifest)
         .cloned();
     for name in found.inputs.into_iter().chain(old_manifests) {
-        lost::keep(fs.as_ref(), dir, &name, "input of a repair")?;
-        report.kept_in_lost.push(name);
+        let kept = lost::keep(fs.as_ref(), dir, &name, "input of a repair")?;
+        report.kept_in_lost.push(kept);
     }
     if let Some(region) = &region {
-        keep_region_copy(fs.as_ref(), dir, region.as_ref())?;
-        report.kept_in_lost.push(REGION_FILE_NAME.to_string());
+        let kept = keep_region_copy(fs.as_ref(), dir, region.as_ref())?;
+        report.kept_in_lost.push(kept);
         if format_pm {
             PageAllocator::format(Arc::clone(region))?;
             report.problems.push(format!(
@@ -734,13 +734,14 @@ fn read_pm(region: &Arc<dyn PmRegion>, found: &mut Found) -> Result<bool> {
     Ok(alloc.is_none())
 }
 
-/// Copies the region's bytes to `lost/pm.region` through the SSD file
-/// system.
-fn keep_region_copy(fs: &dyn FileSystem, dir: &Path, region: &dyn PmRegion) -> Result<()> {
+/// Copies the region's bytes to `lost/pm.region` (or `pm.region.<n>` if a
+/// copy is there already) through the SSD file system; returns the name.
+fn keep_region_copy(fs: &dyn FileSystem, dir: &Path, region: &dyn PmRegion) -> Result<String> {
     const CHUNK: u64 = 1 << 20;
     let lost = dir.join(lost::LOST_DIR);
     fs.create_dir_all(&lost)?;
-    let mut f = fs.create(&lost.join(REGION_FILE_NAME), WriteHint::default())?;
+    let name = lost::free_name(fs, dir, REGION_FILE_NAME);
+    let mut f = fs.create(&lost.join(&name), WriteHint::default())?;
     let mut at = 0;
     while at < region.len() {
         let n = CHUNK.min(region.len() - at);
@@ -749,7 +750,8 @@ fn keep_region_copy(fs: &dyn FileSystem, dir: &Path, region: &dyn PmRegion) -> R
     }
     f.sync()?;
     drop(f);
-    fs.sync_dir(&lost)
+    fs.sync_dir(&lost)?;
+    Ok(name)
 }
 
 /// The new tables, one stream per region.

@@ -817,7 +817,7 @@ impl Replay {
         };
         let count = logs.len();
         let mut damaged_wals = Vec::new();
-        for (i, (n, pm_first)) in logs.into_iter().enumerate() {
+        for (i, &(n, pm_first)) in logs.iter().enumerate() {
             let mut apply = |record: Vec<u8>, source: &str, offset: u64| -> Result<()> {
                 let batch = WriteBatch::decode(record, source, offset)?;
                 let end = batch.seqno() + u64::from(batch.count()).saturating_sub(1);
@@ -876,15 +876,17 @@ impl Replay {
                     r
                 }
             };
-            if let (Some(off), Some(_), true) = (torn, pm_first, i + 1 < count) {
+            if let (Some(off), Some(_)) = (torn, pm_first) {
                 // Every record of a PM WAL is persisted before the next is
-                // written, and a newer log starts only after the last one:
-                // only the newest PM WAL can have a record in flight.
-                return Err(Error::corruption(
-                    pm.map_or("PM region", |p| p.region().name()),
-                    off,
-                    format!("PM WAL {n} ends in a damaged record but later WALs follow it (only the newest log can be torn by a crash)"),
-                ));
+                // written, and a newer log is written only after the last
+                // one: only the newest PM WAL can have a record in flight.
+                if let Some(later) = first_log_with_records(fs, dir, pm, &logs[i + 1..])? {
+                    return Err(Error::corruption(
+                        pm.map_or("PM region", |p| p.region().name()),
+                        off,
+                        format!("PM WAL {n} ends in a damaged record but WAL {later} holds later records (only the newest log can be torn by a crash)"),
+                    ));
+                }
             }
             if let (Some(_), None) = (torn, pm_first) {
                 damaged_wals.push(n);
@@ -921,6 +923,31 @@ impl Replay {
             damaged_wals,
         })
     }
+}
+
+/// The number of the first of `logs` (SSD files and PM WALs, as replay
+/// lists them) that holds a record.
+fn first_log_with_records(
+    fs: &Arc<dyn FileSystem>,
+    dir: &Path,
+    pm: Option<&PmTier>,
+    logs: &[(u64, Option<u64>)],
+) -> Result<Option<u64>> {
+    for &(n, pm_first) in logs {
+        let has = match (pm_first, pm) {
+            (Some(first), Some(pm)) => pm.open_log(first, n)?.point_in_time(true).next_record()?,
+            (Some(_), None) => None,
+            (None, _) => {
+                let path = dir.join(wal_name(n));
+                let log = wal::FileLog::new(path.display().to_string(), fs.read_all(&path)?);
+                wal::Reader::new(log, n).point_in_time(true).next_record()?
+            }
+        };
+        if has.is_some() {
+            return Ok(Some(n));
+        }
+    }
+    Ok(None)
 }
 
 /// Receives each replayed WAL record with its source name and offset.
