@@ -115,6 +115,43 @@ fn a_wal_or_manifest_cut_short_after_a_clean_close_is_corruption() {
     }
 }
 
+/// An open that fails deletes nothing: a table flushed before the damage
+/// and the manifest are all still there (a fresh manifest the failed open
+/// wrote may be there too), and so are the WALs.
+#[test]
+fn a_failed_open_deletes_nothing() {
+    let fs = MemFs::new();
+    {
+        let db = Db::open(dir(), opts(&fs)).expect("open");
+        for i in 0..200 {
+            db.put(&key(i), &value(i)).expect("put");
+        }
+        db.flush().expect("flush");
+        for i in 200..260 {
+            let mut b = WriteBatch::new();
+            b.put(&key(i), &value(i));
+            db.write(b, &WriteOptions { sync: true }).expect("write");
+        }
+        // Not closed: a power loss, so the next open replays the WAL.
+        let crashed = fs.crash();
+        drop(db);
+        let before = crashed.list(&dir()).expect("list");
+        let wal = files_with(&crashed, ".log").pop().expect("a wal");
+        let len = crashed.file_size(&wal).expect("size") as usize;
+        crashed.corrupt(&wal, len / 3, 0x04).expect("corrupt");
+        expect_corruption(
+            Db::open(dir(), opts(&crashed))
+                .err()
+                .expect("open must fail"),
+            ".log",
+        );
+        let after = crashed.list(&dir()).expect("list");
+        for name in &before {
+            assert!(after.contains(name), "{name} was deleted by a failed open");
+        }
+    }
+}
+
 #[test]
 fn flipped_byte_in_wal_body_is_corruption_naming_the_file() {
     let (fs, wal) = wal_only_db(50);
