@@ -15,10 +15,9 @@
 use std::sync::Arc;
 
 use libfuzzer_sys::fuzz_target;
-use tierkv::storage::alloc::PageAllocator;
+use tierkv::storage::alloc::{PageAllocator, PageRun};
 use tierkv::storage::sim::SimRegion;
 use tierkv::storage::PmRegion;
-use tierkv::version::edit::PageRun;
 use tierkv::Error;
 
 fuzz_target!(|data: &[u8]| {

@@ -19,13 +19,13 @@
 use std::sync::Arc;
 
 use libfuzzer_sys::fuzz_target;
-use tierkv::design::triangle::rowtable::{self, BuildParams, PageSource, Probe, RowTable};
+use tierkv::design::container::rowtable::{self, BuildParams, PageSource, Probe, RowTable};
 use tierkv::iter::TableReader;
 use tierkv::key::{Kind, MAX_SEQNO};
 use tierkv::memtable::MemTable;
+use tierkv::storage::alloc::PageRun;
 use tierkv::storage::sim::SimRegion;
 use tierkv::storage::PmRegion;
-use tierkv::version::edit::PageRun;
 
 const PAGE: u64 = 4096;
 const REGION: usize = 16 * 4096;

@@ -105,6 +105,11 @@ fn parse_flag(s: &str) -> std::result::Result<bool, String> {
     }
 }
 
+fn parse_compression(s: &str) -> std::result::Result<tierkv::Compression, String> {
+    tierkv::Compression::from_name(s)
+        .ok_or_else(|| format!("expected none, lz4 or zstd, got `{s}`"))
+}
+
 /// db_bench's flags (same names), plus the scale, pacing and JSON output.
 #[derive(Args, Debug)]
 struct BenchArgs {
@@ -198,6 +203,14 @@ struct BenchArgs {
     /// every engine.
     #[arg(long = "wal_bytes_per_sync", default_value_t = 0)]
     wal_bytes_per_sync: u64,
+    /// tierkv's pacing write controller (1, the default) or none (0): for
+    /// comparison; the knob `pace=0|1` sets it per configuration.
+    #[arg(long = "write_pacing", num_args = 0..=1, default_value = "1", default_missing_value = "1", value_parser = parse_flag)]
+    write_pacing: bool,
+    /// Block compression of every engine, every level: none | lz4 | zstd
+    /// (default none, as the papers measure).
+    #[arg(long = "compression_type", default_value = "none", value_parser = parse_compression)]
+    compression_type: tierkv::Compression,
     /// Request distribution of random workloads: uniform | zipfian | latest.
     #[arg(long = "distribution")]
     distribution: Option<String>,
@@ -324,6 +337,8 @@ fn plan_from(args: &BenchArgs, configs: Vec<Config>, default_scale: Scale) -> Re
         direct_io: args.use_direct_io_for_flush_and_compaction,
         bytes_per_sync: args.bytes_per_sync,
         wal_bytes_per_sync: args.wal_bytes_per_sync,
+        write_pacing: args.write_pacing,
+        compression: args.compression_type,
         vlsm_sst_size_bytes: args.vlsm_sst_size,
         vlsm_memtable_size_bytes: args.vlsm_memtable_size,
         vlsm_phi: args.vlsm_phi,
@@ -414,6 +429,32 @@ fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compression_type_sets_every_engine_s_codec() {
+        let plan = |args: &[&str]| {
+            let cli = Cli::parse_from(args);
+            let config = Config::parse("tierkv:classic").unwrap_or_else(|e| panic!("{e}"));
+            plan_from(&cli.bench, vec![config], Scale::Tiny).unwrap_or_else(|e| panic!("{e}"))
+        };
+        assert_eq!(
+            plan(&["tierkv-bench"]).setup.compression,
+            tierkv::Compression::None
+        );
+        for (name, c) in [
+            ("lz4", tierkv::Compression::Lz4),
+            ("zstd", tierkv::Compression::Zstd),
+            ("none", tierkv::Compression::None),
+        ] {
+            assert_eq!(
+                plan(&["tierkv-bench", "--compression_type", name])
+                    .setup
+                    .compression,
+                c
+            );
+        }
+        assert!(Cli::try_parse_from(["tierkv-bench", "--compression_type", "snappy"]).is_err());
+    }
 
     #[test]
     fn main_job_runs_the_flagship_on_a_per_process_pm_dir() {

@@ -9,8 +9,8 @@
 //!   "latency_us": {"avg":25.7,"p50":3.1,"p90":4.5,"p99":50,"p999":3093,"p9999":9215,"max":14988},
 //!   "stall": {"seconds":8.2,"percent":30.4,"count":120,"max_seconds":0.9},
 //!   "troughs": {"seconds":6,"percent":22.2},
-//!   "bytes": {"user":…,"ssd_written":…,"ssd_read":…,"pm_written":0,"wal":…},
-//!   "write_amp": {"ssd":2.4,"total":2.4}, "io_amp": 3.1,
+//!   "bytes": {"user":…,"ssd_written":…,"ssd_read":…,"pm_written":0,"pm_relinked":0,"wal":…},
+//!   "write_amp": {"ssd":2.4,"pm":0.0,"total":2.4}, "io_amp": 3.1,
 //!   "chain_bytes": {"avg":…,"max":…},
 //!   "timeline": [41000, 39000, …], "compactions": [{…}], "levels": [{…}],
 //!   "cpu_seconds": 40.1, "peak_rss_bytes": 300000000,
@@ -31,7 +31,8 @@
 //!    intervals (tierkv), those starting in the window; with counters only
 //!    (RocksDB), the difference of the counters.
 //! 4. amplification: `write_amp.ssd` = ssd_written / user,
-//!    `write_amp.total` = (ssd_written + pm_written) / user,
+//!    `write_amp.pm` = (pm_written + pm_relinked) / user,
+//!    `write_amp.total` = (ssd_written + pm_written + pm_relinked) / user,
 //!    `io_amp` = (ssd_read + ssd_written) / user; 0 when nothing was written.
 
 use serde::{Deserialize, Serialize};
@@ -122,8 +123,12 @@ pub struct Bytes {
     pub ssd_written: u64,
     /// Bytes read from the SSD tier.
     pub ssd_read: u64,
-    /// Bytes written to the PM tier.
+    /// Bytes of data written to the PM tier (WAL, flush and compaction
+    /// output; relinks excluded).
     pub pm_written: u64,
+    /// PM bytes written by pointer-only work (relinked, not copied).
+    #[serde(default)]
+    pub pm_relinked: u64,
     /// WAL bytes (either tier).
     pub wal: u64,
 }
@@ -133,6 +138,9 @@ pub struct Bytes {
 pub struct WriteAmp {
     /// SSD bytes written / user bytes.
     pub ssd: f64,
+    /// PM bytes written (data and relinks) / user bytes.
+    #[serde(default)]
+    pub pm: f64,
     /// (SSD + PM bytes written) / user bytes.
     pub total: f64,
 }
@@ -427,6 +435,9 @@ pub fn build_record(
         pm_written: after
             .pm_written_bytes
             .saturating_sub(before.pm_written_bytes),
+        pm_relinked: after
+            .pm_relinked_bytes
+            .saturating_sub(before.pm_relinked_bytes),
         wal: after.wal_bytes.saturating_sub(before.wal_bytes),
     };
     let cdf = cdf_points(&t.all);
@@ -449,7 +460,11 @@ pub fn build_record(
         troughs: troughs(&t.timeline, m.seconds),
         write_amp: WriteAmp {
             ssd: ratio(bytes.ssd_written, bytes.user),
-            total: ratio(bytes.ssd_written + bytes.pm_written, bytes.user),
+            pm: ratio(bytes.pm_written + bytes.pm_relinked, bytes.user),
+            total: ratio(
+                bytes.ssd_written + bytes.pm_written + bytes.pm_relinked,
+                bytes.user,
+            ),
         },
         io_amp: ratio(bytes.ssd_read + bytes.ssd_written, bytes.user),
         chain_bytes: chain_bytes(
@@ -704,9 +719,16 @@ mod tests {
         sub("troughs", &["seconds", "percent"]);
         sub(
             "bytes",
-            &["user", "ssd_written", "ssd_read", "pm_written", "wal"],
+            &[
+                "user",
+                "ssd_written",
+                "ssd_read",
+                "pm_written",
+                "pm_relinked",
+                "wal",
+            ],
         );
-        sub("write_amp", &["ssd", "total"]);
+        sub("write_amp", &["ssd", "pm", "total"]);
         sub("chain_bytes", &["avg", "max"]);
         for k in [
             "start_s",

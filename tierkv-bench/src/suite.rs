@@ -295,7 +295,14 @@ fn print_header(plan: &Plan, config: &Config) {
         plan.setup.memtable_size_bytes >> 20,
         plan.setup.l1_size_bytes >> 20,
         if config.uses_pm() {
-            format!(" · PM {} MiB", plan.setup.pm_size_bytes >> 20)
+            let persists = match config.kind {
+                engines::EngineKind::Tierkv(_) => format!(
+                    ", persisted with {}",
+                    ::tierkv::storage::dax::auto_persistence(&plan.dirs(config).1).describe()
+                ),
+                _ => String::new(),
+            };
+            format!(" · PM {} MiB{persists}", plan.setup.pm_size_bytes >> 20)
         } else {
             String::new()
         }

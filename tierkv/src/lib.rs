@@ -14,12 +14,12 @@ pub mod compaction;
 pub mod db;
 pub mod design;
 pub mod error;
+pub mod inspect;
 pub mod iter;
 pub mod key;
 pub mod lost;
 pub mod memtable;
 pub mod options;
-pub mod repair;
 pub mod sst;
 pub mod stats;
 pub mod storage;
@@ -27,8 +27,11 @@ pub mod version;
 pub mod wal;
 
 pub use batch::WriteBatch;
-pub use db::{Db, ReadOptions, Snapshot, WriteOptions};
+pub use db::{
+    CheckpointOptions, CheckpointStats, Db, Range, ReadOptions, RepairReport, Snapshot,
+    WriteOptions,
+};
 pub use error::{Error, Result};
 pub use iter::DbIterator;
 pub use options::{Options, PmBackend, Preset, WalPlacement, WalRecovery};
-pub use repair::RepairReport;
+pub use sst::Compression;

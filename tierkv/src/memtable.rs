@@ -56,6 +56,13 @@ impl MemTable {
         self.size_bytes.load(Ordering::Relaxed)
     }
 
+    /// Key and value bytes (what writers wrote), without the per-entry
+    /// charge.
+    pub fn payload_bytes(&self) -> u64 {
+        let charge = (key::TRAILER_LEN + ENTRY_OVERHEAD_BYTES) as u64;
+        (self.size_bytes() as u64).saturating_sub(self.entries().saturating_mul(charge))
+    }
+
     /// Number of entries.
     pub fn entries(&self) -> u64 {
         self.entries.load(Ordering::Relaxed)

@@ -9,7 +9,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
+use crate::sst::Compression;
 use crate::storage::posix::PosixFs;
+pub use crate::storage::PmBackend;
 use crate::storage::{FileSystem, PmRegion};
 
 /// The design presets of DESIGN.md §4.
@@ -100,17 +102,6 @@ pub enum WalRecovery {
     PointInTime,
 }
 
-/// How the PM region file is mapped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PmBackend {
-    /// Try DAX (MAP_SYNC); fall back to mmap + msync when refused.
-    Auto,
-    /// DAX only: refuse to open if MAP_SYNC is not supported.
-    Dax,
-    /// Plain shared mapping, persisted with msync.
-    Mmap,
-}
-
 /// Every option of the engine. Build with `Options::default()` and change fields.
 #[derive(Clone)]
 pub struct Options {
@@ -161,6 +152,12 @@ pub struct Options {
     pub pending_compaction_bytes_hard: u64,
     /// Write rate allowed while slowed down (`delayed_write_rate`).
     pub delayed_write_rate_bytes_per_sec: u64,
+    /// Pace writers to the rate background work frees room (memtables, the
+    /// design's flush target or L0), with short per-write delays, before
+    /// room runs out (db/control.rs). Off: writers run at full speed until
+    /// the design stops them (the designs' triggers stay the backstop
+    /// either way).
+    pub write_pacing: bool,
     /// Background threads for flushes and compactions (`max_background_jobs`).
     pub background_threads: usize,
     /// Block cache budget in bytes.
@@ -184,6 +181,20 @@ pub struct Options {
     pub wal_bytes_per_sync: u64,
     /// Verify block checksums on every read (always on for metadata).
     pub verify_checksums: bool,
+    /// Compression of the data blocks of SSTs written to every level
+    /// (RocksDB's `compression`): `None` (the default, as the benchmarks
+    /// measure), `Lz4` or `Zstd` (docs/format/sst.md). A block is kept
+    /// compressed only if that saves 1/8 of it. Tables written before a
+    /// change keep their blocks; every table is readable whatever the
+    /// setting.
+    pub compression: Compression,
+    /// Per-level compression (RocksDB's `compression_per_level`): entry
+    /// `i` for SSTs written to level `i`, levels beyond the list take its
+    /// last entry; empty (the default) = `compression` everywhere. At most
+    /// `level_count` entries. E.g. `[None, None, Lz4]`: L0 and L1 plain,
+    /// L2 and below LZ4 (RocksDB's usual advice: no compression where data
+    /// is rewritten soon).
+    pub compression_per_level: Vec<Compression>,
 
     /// PM container designs (`triangle`, `matrix`): search the rows of the
     /// container with cross-row hints (forward pointers). Off = binary
@@ -280,6 +291,7 @@ impl Default for Options {
             pending_compaction_bytes_soft: 64 << 30,
             pending_compaction_bytes_hard: 256 << 30,
             delayed_write_rate_bytes_per_sec: 16 << 20,
+            write_pacing: true,
             background_threads: 2,
             block_cache_bytes: 8 << 20,
             block_size_bytes: 4096,
@@ -288,6 +300,8 @@ impl Default for Options {
             bytes_per_sync: 0,
             wal_bytes_per_sync: 0,
             verify_checksums: true,
+            compression: Compression::None,
+            compression_per_level: Vec::new(),
             pm_hints: true,
             pm_collector_threads: 0,
             pm_container_limit_bytes: 0,
@@ -333,6 +347,8 @@ impl fmt::Debug for Options {
             .field("regions", &self.regions)
             .field("region_boundaries", &self.region_boundaries.len())
             .field("block_cache_bytes", &self.block_cache_bytes)
+            .field("compression", &self.compression)
+            .field("compression_per_level", &self.compression_per_level)
             .field("pm_hints", &self.pm_hints)
             .field("pm_collector_threads", &self.pm_collector_threads)
             .field("pm_container_limit_bytes", &self.pm_container_limit_bytes)
@@ -379,6 +395,15 @@ impl Options {
     /// True if a PM tier is configured (a directory or an injected region).
     pub fn has_pm(&self) -> bool {
         self.pm_region.is_some() || self.pm_dir.is_some()
+    }
+
+    /// The codec of SSTs written to `level` (`compression_per_level`, else
+    /// `compression`).
+    pub fn compression_for_level(&self, level: usize) -> Compression {
+        match self.compression_per_level.as_slice() {
+            [] => self.compression,
+            l => l[level.min(l.len() - 1)],
+        }
     }
 
     /// Where the WAL goes once defaults are applied.
@@ -542,6 +567,29 @@ impl Options {
             return bad(format!(
                 "`bloom_bits_per_key` = {} must be at most 64",
                 self.bloom_bits_per_key
+            ));
+        }
+        if !self.compression.is_available() {
+            return bad(format!(
+                "`compression` = {}: this build of tierkv lacks the cargo feature `{}`",
+                self.compression, self.compression
+            ));
+        }
+        if self.compression_per_level.len() > self.level_count {
+            return bad(format!(
+                "`compression_per_level` has {} entries but `level_count` = {}",
+                self.compression_per_level.len(),
+                self.level_count
+            ));
+        }
+        if let Some((level, c)) = self
+            .compression_per_level
+            .iter()
+            .enumerate()
+            .find(|(_, c)| !c.is_available())
+        {
+            return bad(format!(
+                "`compression_per_level[{level}]` = {c}: this build of tierkv lacks the cargo feature `{c}`"
             ));
         }
         if self.pm_collector_threads > 64 {

@@ -128,10 +128,13 @@ pub struct BytesWritten {
     pub compaction_ssd: Vec<u64>,
     /// Compaction output written to PM.
     pub compaction_pm: u64,
-    /// PM bytes written by pointer-only relinks (metadata only).
-    pub pm_relink: u64,
+    /// PM bytes written by pointer-only work (link words, nodes pointing
+    /// at entries already in PM), by flushes and compactions alike.
+    pub pm_relinked: u64,
     /// MANIFEST bytes.
     pub manifest: u64,
+    /// PM bytes of the page allocator's metadata (superblock, bitmap).
+    pub pm_metadata: u64,
 }
 
 impl BytesWritten {
@@ -139,9 +142,14 @@ impl BytesWritten {
     pub fn ssd_total(&self) -> u64 {
         self.wal_ssd + self.flush_ssd + self.compaction_ssd.iter().sum::<u64>() + self.manifest
     }
-    /// Everything written to the PM tier.
+    /// Bytes written to the PM tier but relinks: WAL, flushes,
+    /// compactions and the allocator's metadata.
+    pub fn pm_written(&self) -> u64 {
+        self.wal_pm + self.flush_pm + self.compaction_pm + self.pm_metadata
+    }
+    /// Everything written to the PM tier: data and relinks.
     pub fn pm_total(&self) -> u64 {
-        self.wal_pm + self.flush_pm + self.compaction_pm + self.pm_relink
+        self.pm_written() + self.pm_relinked
     }
 }
 
@@ -173,6 +181,13 @@ pub struct Stats {
     pub block_cache_hits: u64,
     /// Block cache misses.
     pub block_cache_misses: u64,
+    /// How the PM tier persists (`Persistence::describe`, e.g.
+    /// `memory-file (clwb + sfence)`); `None` without a PM tier.
+    pub pm_persistence: Option<String>,
+    /// Writes the pacing controller paused (db/control.rs).
+    pub paced_writes: u64,
+    /// Time those pauses took in all.
+    pub paced_time: Duration,
 }
 
 impl Stats {
@@ -183,10 +198,20 @@ impl Stats {
 
     /// SSD write amplification: SSD bytes written / user bytes.
     pub fn ssd_write_amp(&self) -> f64 {
+        self.per_user_byte(self.written.ssd_total())
+    }
+
+    /// PM write amplification: PM bytes written (data and relinks) / user
+    /// bytes.
+    pub fn pm_write_amp(&self) -> f64 {
+        self.per_user_byte(self.written.pm_total())
+    }
+
+    fn per_user_byte(&self, bytes: u64) -> f64 {
         if self.user_bytes == 0 {
             0.0
         } else {
-            self.written.ssd_total() as f64 / self.user_bytes as f64
+            bytes as f64 / self.user_bytes as f64
         }
     }
 
@@ -201,6 +226,9 @@ impl Stats {
             self.user_ops,
             mb(self.user_bytes)
         );
+        if let Some(p) = &self.pm_persistence {
+            let _ = writeln!(s, "PM tier persists with {p}");
+        }
         let _ = writeln!(s, "\n** Levels **");
         let _ = writeln!(
             s,
@@ -251,17 +279,19 @@ impl Stats {
         }
         let _ = writeln!(
             s,
-            "compaction pm {:.1}  pm relink {:.1}",
+            "compaction pm {:.1}  pm relinked {:.1}",
             mb(w.compaction_pm),
-            mb(w.pm_relink)
+            mb(w.pm_relinked)
         );
         let _ = writeln!(
             s,
-            "ssd total {:.1}  pm total {:.1}  ssd read {:.1}  ssd write-amp {:.2}",
+            "ssd total {:.1}  pm written {:.1}  pm total {:.1}  ssd read {:.1}  ssd write-amp {:.2}  pm write-amp {:.2}",
             mb(w.ssd_total()),
+            mb(w.pm_written()),
             mb(w.pm_total()),
             mb(self.ssd_bytes_read),
-            self.ssd_write_amp()
+            self.ssd_write_amp(),
+            self.pm_write_amp()
         );
         let _ = writeln!(s, "\n** Stalls **");
         let _ = writeln!(
@@ -289,6 +319,12 @@ impl Stats {
                 d.as_secs_f64()
             );
         }
+        let _ = writeln!(
+            s,
+            "paced: {} pauses, {:.3} s",
+            self.paced_writes,
+            self.paced_time.as_secs_f64()
+        );
         let _ = writeln!(s, "\n** Flushes and compactions **");
         let flushed: u64 = self.flushes.iter().map(|f| f.output_bytes).sum();
         let flush_s: f64 = self.flushes.iter().map(|f| f.duration.as_secs_f64()).sum();
@@ -340,6 +376,10 @@ pub struct StatsRecorder {
     pub block_cache_hits: AtomicU64,
     /// Block cache misses.
     pub block_cache_misses: AtomicU64,
+    /// How the PM tier persists (set once at open).
+    pub pm_persistence: std::sync::OnceLock<String>,
+    /// Pauses of the pacing controller: count and total nanoseconds.
+    paused: (AtomicU64, AtomicU64),
     log: Mutex<Log>,
 }
 
@@ -367,6 +407,8 @@ impl StatsRecorder {
             ssd_bytes_read: AtomicU64::new(0),
             block_cache_hits: AtomicU64::new(0),
             block_cache_misses: AtomicU64::new(0),
+            pm_persistence: std::sync::OnceLock::new(),
+            paused: (AtomicU64::new(0), AtomicU64::new(0)),
             log: Mutex::new(Log::default()),
         }
     }
@@ -381,6 +423,15 @@ impl StatsRecorder {
         f(&mut self.log.lock().written);
     }
 
+    /// Records a pause of the pacing controller that started at `start`
+    /// and ended now (counted, not listed: there may be millions).
+    pub fn record_pause(&self, start: Instant) {
+        self.paused.0.fetch_add(1, Ordering::Relaxed);
+        self.paused
+            .1
+            .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
+
     /// Records a stall that started at `start` and ended now.
     pub fn record_stall(&self, start: Instant, cause: StallCause) {
         let iv = StallInterval {
@@ -391,35 +442,48 @@ impl StatsRecorder {
         self.log.lock().stalls.push(iv);
     }
 
-    /// Records a finished flush.
-    pub fn record_flush(&self, start: Instant, output_bytes: u64, tier: Tier) {
+    /// Records a finished flush that wrote `pm_bytes` of data and
+    /// `pm_relinked_bytes` of links into PM and `ssd_bytes` to SSD.
+    pub fn record_flush(
+        &self,
+        start: Instant,
+        pm_bytes: u64,
+        pm_relinked_bytes: u64,
+        ssd_bytes: u64,
+    ) {
+        let tier = if ssd_bytes > 0 && pm_bytes + pm_relinked_bytes == 0 {
+            Tier::Ssd
+        } else {
+            Tier::Pm
+        };
         let r = FlushRecord {
             start: self.since_open(start),
             duration: start.elapsed(),
-            output_bytes,
+            output_bytes: pm_bytes + pm_relinked_bytes + ssd_bytes,
             tier,
         };
         let mut log = self.log.lock();
-        match tier {
-            Tier::Ssd => log.written.flush_ssd += output_bytes,
-            Tier::Pm => log.written.flush_pm += output_bytes,
-        }
+        log.written.flush_ssd += ssd_bytes;
+        log.written.flush_pm += pm_bytes;
+        log.written.pm_relinked += pm_relinked_bytes;
         log.flushes.push(r);
     }
 
-    /// Records a finished compaction; adds its output to the written bytes.
-    pub fn record_compaction(&self, rec: CompactionRecord, tier: Tier) {
+    /// Records a finished compaction whose output wrote `pm_bytes` of data
+    /// and `pm_relinked_bytes` of links into PM, and `rec.output_bytes −
+    /// pm_bytes − pm_relinked_bytes` to SSD at `rec.output_level`.
+    pub fn record_compaction(&self, rec: CompactionRecord, pm_bytes: u64, pm_relinked_bytes: u64) {
         let mut log = self.log.lock();
-        match tier {
-            Tier::Ssd => {
-                let v = &mut log.written.compaction_ssd;
-                if v.len() <= rec.output_level {
-                    v.resize(rec.output_level + 1, 0);
-                }
-                v[rec.output_level] += rec.output_bytes;
-            }
-            Tier::Pm => log.written.compaction_pm += rec.output_bytes,
+        let ssd = rec
+            .output_bytes
+            .saturating_sub(pm_bytes + pm_relinked_bytes);
+        let v = &mut log.written.compaction_ssd;
+        if v.len() <= rec.output_level {
+            v.resize(rec.output_level + 1, 0);
         }
+        v[rec.output_level] += ssd;
+        log.written.compaction_pm += pm_bytes;
+        log.written.pm_relinked += pm_relinked_bytes;
         log.compactions.push(rec);
     }
 
@@ -462,6 +526,9 @@ impl StatsRecorder {
             regions: vec![levels],
             block_cache_hits: self.block_cache_hits.load(Ordering::Relaxed),
             block_cache_misses: self.block_cache_misses.load(Ordering::Relaxed),
+            pm_persistence: self.pm_persistence.get().cloned(),
+            paced_writes: self.paused.0.load(Ordering::Relaxed),
+            paced_time: Duration::from_nanos(self.paused.1.load(Ordering::Relaxed)),
         }
     }
 }

@@ -31,8 +31,8 @@ use std::time::Duration;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use tierkv::design::triangle::container::CONTAINER_TAG;
-use tierkv::design::triangle::rowtable::{self, RowTable};
+use tierkv::design::container::rowtable::{self, RowTable};
+use tierkv::design::container::CONTAINER_TAG;
 use tierkv::storage::alloc::{PageAllocator, PAGE_SIZE_BYTES};
 use tierkv::storage::mem::MemFs;
 use tierkv::storage::sim::SimRegion;

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use tierkv::storage::mem::MemFs;
 use tierkv::storage::sim::SimRegion;
 use tierkv::storage::{FileSystem, PmRegion};
-use tierkv::{Db, Error, Options, WalPlacement, WalRecovery, WriteBatch, WriteOptions};
+use tierkv::{
+    Compression, Db, Error, Options, WalPlacement, WalRecovery, WriteBatch, WriteOptions,
+};
 
 fn dir() -> PathBuf {
     PathBuf::from("/db")
@@ -204,7 +206,23 @@ fn point_in_time_recovery_ends_the_wal_at_damage() {
 
 #[test]
 fn flipped_byte_in_sst_block_is_corruption_not_a_wrong_value() {
+    flipped_sst_block_byte(Compression::None);
+}
+
+/// A flipped byte inside a compressed block fails the checksum before the
+/// decompressor sees it: `Corruption`, never a panic or a wrong value.
+#[test]
+fn flipped_byte_in_compressed_sst_blocks_is_corruption_not_a_wrong_value() {
+    flipped_sst_block_byte(Compression::Lz4);
+    flipped_sst_block_byte(Compression::Zstd);
+}
+
+fn flipped_sst_block_byte(compression: Compression) {
     let fs = MemFs::new();
+    let opts = |fs: &MemFs| Options {
+        compression,
+        ..opts(fs)
+    };
     {
         let db = Db::open(dir(), opts(&fs)).expect("open");
         for i in 0..2000 {

@@ -47,22 +47,20 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tierkv::compaction::vsst::VsstParams;
-use tierkv::db::pm::PmTier;
+use tierkv::design::container::rowtable::{self, BuildParams, PageSource, RowTable};
+use tierkv::design::container::{side_edit, victim_windows, Container, ContainerState, SidePlan};
 use tierkv::design::matrix::Matrix;
-use tierkv::design::triangle::container::{
-    side_edit, victim_windows, Container, ContainerState, SidePlan,
-};
-use tierkv::design::triangle::rowtable::{self, BuildParams, PageSource, RowTable};
 use tierkv::design::triangle::Triangle;
-use tierkv::design::{Design, Task, TaskKind};
+use tierkv::design::{Design, PickContext, Task, TaskKind};
 use tierkv::key::{make_internal_key, Kind};
 use tierkv::memtable::MemTable;
 use tierkv::sst::TableCounters;
 use tierkv::stats::Tier;
+use tierkv::storage::alloc::PageRun;
 use tierkv::storage::mem::MemFs;
+use tierkv::storage::pm::PmTier;
 use tierkv::storage::sim::SimRegion;
 use tierkv::storage::PmRegion;
-use tierkv::version::edit::PageRun;
 use tierkv::version::edit::{TableFormat, TableMeta};
 use tierkv::version::{TableContext, TableHandle, Version};
 use tierkv::{Options, Preset};
@@ -414,7 +412,8 @@ impl Script {
                     let sim: Arc<dyn PmRegion> = Arc::new(SimRegion::new(pm_bytes as usize));
                     o.pm_region = Some(sim);
                     o.pm_size_bytes = pm_bytes;
-                    let tier = Arc::new(PmTier::open(&o, false).expect("PM tier"));
+                    let region = Arc::clone(o.pm_region.as_ref().expect("sim region"));
+                    let tier = Arc::new(PmTier::open(region, false).expect("PM tier"));
                     let (pmd, d): (PmDesign, Arc<dyn Design>) = match o.design {
                         Preset::Triangle => {
                             let t = Arc::new(Triangle::new(&o, Arc::clone(&tier)).expect("design"));
@@ -477,7 +476,10 @@ impl Script {
                 self.resort();
                 self.show_version()
             }
-            "pick" => match self.design.pick(&self.version, &self.busy) {
+            "pick" => match self
+                .design
+                .pick(&self.version, &PickContext::idle(&self.busy))
+            {
                 Some(t) => {
                     let s = Self::show_task(&t);
                     self.last = Some(t);
@@ -549,7 +551,7 @@ impl Script {
                         )),
                     }
                 }
-                if task.kind == TaskKind::TrivialMove {
+                if task.kind == TaskKind::TRIVIAL_MOVE {
                     for t in all {
                         self.version.levels[task.output_level].push(t);
                     }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use tierkv::repair::SourceKind;
+use tierkv::db::repair::SourceKind;
 use tierkv::storage::mem::MemFs;
 use tierkv::storage::sim::SimRegion;
 use tierkv::storage::{FileSystem, PmRegion};

@@ -5,11 +5,11 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use tierkv::storage::alloc::PageRun;
 use tierkv::storage::alloc::{PageAllocator, PAGE_SIZE_BYTES};
 use tierkv::storage::fault::{FaultFs, FaultRule, Op};
 use tierkv::storage::posix::PosixFs;
 use tierkv::storage::{open_pm_region, FileSystem, WriteHint};
-use tierkv::version::edit::PageRun;
 use tierkv::{Error, PmBackend};
 
 fn shm_dir() -> tempfile::TempDir {

@@ -82,6 +82,15 @@ impl PmRegion for CountingRegion {
     fn fence(&self) {
         self.inner.fence()
     }
+    fn persistence(&self) -> tierkv::storage::Persistence {
+        self.inner.persistence()
+    }
+    fn store_u64(&self, offset: u64, value: u64) -> Result<()> {
+        self.inner.store_u64(offset, value)
+    }
+    fn load_u64(&self, offset: u64) -> Result<u64> {
+        self.inner.load_u64(offset)
+    }
 }
 
 struct CountingFs {

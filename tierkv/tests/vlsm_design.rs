@@ -249,8 +249,10 @@ fn vlsm_flush_is_cut_into_range_partitioned_l0_ssts() {
 #[test]
 fn vlsm_full_queue_stalls_are_l0_stop() {
     let fs = MemFs::new();
+    // Without pacing, which would slow writers before the queue fills.
     let o = Options {
         vlsm_l0_max_ssts: 1,
+        write_pacing: false,
         ..opts(&fs, Preset::Vlsm)
     };
     let db = Db::open(Path::new("/db"), o).expect("open");

@@ -128,8 +128,10 @@ pub struct EngineStats {
     pub ssd_written_bytes: u64,
     /// Bytes read from the SSD tier (compactions and reads).
     pub ssd_read_bytes: u64,
-    /// Bytes written to the PM tier.
+    /// Bytes of data written to the PM tier (relinks excluded).
     pub pm_written_bytes: u64,
+    /// PM bytes written by pointer-only work.
+    pub pm_relinked_bytes: u64,
     /// WAL bytes, whatever the tier.
     pub wal_bytes: u64,
     /// Write stalls.
@@ -276,6 +278,11 @@ pub struct EngineSetup {
     pub bytes_per_sync: u64,
     /// The same for a WAL on SSD (RocksDB's `wal_bytes_per_sync`); 0: never.
     pub wal_bytes_per_sync: u64,
+    /// tierkv: the pacing write controller (`Options::write_pacing`).
+    pub write_pacing: bool,
+    /// Block compression of every level (`--compression_type`; RocksDB's
+    /// `compression`). None by default: the papers measure without.
+    pub compression: ::tierkv::Compression,
     /// Inject one stall of this many milliseconds after this many writes
     /// (fake engine only; tests of the open-loop scheduler).
     pub fake_stall: Option<(u64, u64)>,
@@ -314,6 +321,8 @@ impl EngineSetup {
             direct_io: false,
             bytes_per_sync: 0,
             wal_bytes_per_sync: 0,
+            write_pacing: true,
+            compression: ::tierkv::Compression::None,
             fake_stall: None,
             vlsm_sst_size_bytes: None,
             vlsm_memtable_size_bytes: None,

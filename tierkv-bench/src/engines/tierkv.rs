@@ -48,6 +48,8 @@ pub fn options_for(preset: Preset, setup: &EngineSetup) -> Options {
         use_direct_io_for_flush_and_compaction: setup.direct_io,
         bytes_per_sync: setup.bytes_per_sync,
         wal_bytes_per_sync: setup.wal_bytes_per_sync,
+        write_pacing: setup.write_pacing,
+        compression: setup.compression,
         ..Options::default()
     };
     if preset.needs_pm() {
@@ -109,6 +111,8 @@ pub enum Knob {
     /// `k=`: the PM designs' collector (and side-merge) threads (default
     /// min(8, background threads)).
     Collectors(u64),
+    /// `pace=0|1`: the pacing write controller off or on.
+    Pacing(bool),
 }
 
 /// Parses the knobs after the preset: `vlsm/mem=8m/phi=16` → `[Memtable(8 MiB),
@@ -143,6 +147,12 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
             "hints" if n <= 1 => Knob::Hints(n == 1),
             "limit" => Knob::ContainerLimit(n),
             "k" if n >= 1 => Knob::Collectors(n),
+            "pace" if n <= 1 => Knob::Pacing(n == 1),
+            "pace" => {
+                return Err(Error::Usage(format!(
+                    "knob `{part}` of `{spec}`: pace is 0 or 1"
+                )))
+            }
             "k" => {
                 return Err(Error::Usage(format!(
                     "knob `{part}` of `{spec}`: k is at least 1"
@@ -155,7 +165,7 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
             }
             _ => {
                 return Err(Error::Usage(format!(
-                    "unknown knob `{name}` in `{spec}`; knobs: mem, sst, phi, f, l0, batch, l1, regions, hints, limit, k"
+                    "unknown knob `{name}` in `{spec}`; knobs: mem, sst, phi, f, l0, batch, l1, regions, hints, limit, k, pace"
                 )))
             }
         });
@@ -182,7 +192,8 @@ pub fn options_for_spec(preset: Preset, spec: &str, setup: &EngineSetup) -> Resu
             | Knob::L1Size(_)
             | Knob::Hints(_)
             | Knob::ContainerLimit(_)
-            | Knob::Collectors(_) => {}
+            | Knob::Collectors(_)
+            | Knob::Pacing(_) => {}
         }
     }
     let mut o = options_for(preset, &s);
@@ -195,6 +206,7 @@ pub fn options_for_spec(preset: Preset, spec: &str, setup: &EngineSetup) -> Resu
             Knob::Hints(on) => o.pm_hints = on,
             Knob::ContainerLimit(n) => o.pm_container_limit_bytes = n,
             Knob::Collectors(n) => o.pm_collector_threads = n as usize,
+            Knob::Pacing(on) => o.write_pacing = on,
             _ => {}
         }
     }
@@ -269,7 +281,8 @@ impl Engine for TierkvEngine {
             uptime_s: secs(s.uptime),
             ssd_written_bytes: s.written.ssd_total(),
             ssd_read_bytes: s.ssd_bytes_read,
-            pm_written_bytes: s.written.pm_total(),
+            pm_written_bytes: s.written.pm_written(),
+            pm_relinked_bytes: s.written.pm_relinked,
             wal_bytes: s.written.wal_ssd + s.written.wal_pm,
             stall: StallStats {
                 seconds: intervals.iter().fold(0.0, |a, i| a + i.1),
@@ -346,6 +359,11 @@ mod tests {
             Some(std::path::Path::new("/dev/shm/y"))
         );
         assert_eq!(o.l1_size_bytes, 16 << 20);
+        assert_eq!(o.compression, ::tierkv::Compression::None);
+        s.compression = ::tierkv::Compression::Zstd;
+        let o = options_for(Preset::Vlsm, &s);
+        assert_eq!(o.compression_for_level(0), ::tierkv::Compression::Zstd);
+        assert_eq!(o.compression_for_level(6), ::tierkv::Compression::Zstd);
     }
 
     #[test]

@@ -56,13 +56,9 @@ pub struct JobEnv<'a> {
 }
 
 impl JobEnv<'_> {
-    /// SST builder settings from the options.
-    pub fn table_options(&self) -> TableOptions {
-        TableOptions {
-            block_size_bytes: self.opts.block_size_bytes,
-            restart_interval: 16,
-            bloom_bits_per_key: self.opts.bloom_bits_per_key,
-        }
+    /// SST builder settings from the options, for tables of `level`.
+    pub fn table_options(&self, level: usize) -> TableOptions {
+        TableOptions::from_options(self.opts, level)
     }
 }
 
@@ -167,6 +163,8 @@ pub fn cutter_for<'a>(env: &'a JobEnv<'_>, spec: &OutputSpec<'a>) -> Box<dyn Cut
 /// Writes SSTs for a merged stream, cutting where the cutter says.
 struct Outputs<'a, 'e> {
     env: &'a JobEnv<'e>,
+    /// The level the tables go to (it decides their compression).
+    level: usize,
     cutter: &'a mut dyn Cutter,
     done: Vec<TableMeta>,
     /// Files of `done` not synced yet (synced together at the end).
@@ -190,7 +188,10 @@ impl<'a, 'e> Outputs<'a, 'e> {
                 bytes_per_sync: self.env.opts.bytes_per_sync,
             };
             let file = self.env.fs.create(&path, hint)?;
-            self.cur = Some((id, TableBuilder::new(file, self.env.table_options())));
+            self.cur = Some((
+                id,
+                TableBuilder::new(file, self.env.table_options(self.level)),
+            ));
         }
         if let Some((_, b)) = &mut self.cur {
             b.add(ikey, value)?;
@@ -274,6 +275,7 @@ pub fn merge_to_ssts_with(
 ) -> Result<Vec<TableMeta>> {
     let mut out = Outputs {
         env,
+        level: spec.level,
         cutter,
         done: Vec::new(),
         unsynced: Vec::new(),

@@ -185,6 +185,34 @@ impl Regions {
         }
     }
 
+    /// Room left in the memtable budget (`memtable_count_max` ×
+    /// `memtable_size_bytes`, the point where a switch must wait for a
+    /// flush), in user bytes: the memtables' bytes converted with the
+    /// mutable memtables' ratio of payload to charged bytes.
+    pub fn headroom(&self, opts: &Options) -> crate::design::Headroom {
+        let budget = (opts.memtable_count_max * opts.memtable_size_bytes) as u64;
+        let used: usize = self
+            .regions
+            .iter()
+            .map(|r| r.mem.size_bytes() + r.imms.iter().map(|m| m.size_bytes()).sum::<usize>())
+            .sum();
+        let (charged, payload) = self.regions.iter().fold((0u64, 0u64), |(c, p), r| {
+            (c + r.mem.size_bytes() as u64, p + r.mem.payload_bytes())
+        });
+        let ratio = if charged == 0 {
+            1.0
+        } else {
+            payload as f64 / charged as f64
+        };
+        crate::design::Headroom {
+            free_bytes: (budget.saturating_sub(used as u64) as f64 * ratio) as u64,
+            capacity_bytes: (budget as f64 * ratio) as u64,
+            // Memtables fill by writes and empty by whole flushes: no step
+            // takes room at once.
+            step_bytes: 0,
+        }
+    }
+
     /// Whether any mutable memtable holds data.
     pub fn any_mutable_data(&self) -> bool {
         self.regions.iter().any(|r| !r.mem.is_empty())

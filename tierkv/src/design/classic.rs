@@ -18,17 +18,14 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use crate::compaction::{merge_to_ssts, JobEnv, OutputSpec};
 use crate::error::Result;
-use crate::iter::{InternalIterator, MergingIterator};
-use crate::key;
 use crate::memtable::MemTable;
 use crate::options::{Options, Preset};
 use crate::stats::StallCause;
-use crate::version::edit::VersionEdit;
-use crate::version::{table_iter, LevelIterator, TableHandle, Version};
+use crate::version::{TableHandle, Version};
 
-use super::{Design, Task, TaskKind, WriteControl};
+use super::leveled::{self, flush_to_l0_sst, run_merge, user_range};
+use super::{Design, Headroom, JobEnv, JobOutput, PickContext, Task, TaskKind, WriteControl};
 
 /// The shape parameters the picker and write controller read.
 #[derive(Debug, Clone)]
@@ -39,8 +36,20 @@ pub struct Classic {
     l1_size_bytes: u64,
     level_size_multiplier: u64,
     sst_size_bytes: u64,
+    memtable_size_bytes: u64,
     pending_soft_bytes: u64,
     pending_hard_bytes: u64,
+}
+
+/// Room before an L0 file count reaches `limit`, in user bytes (a
+/// memtable's worth per L0 file): the headroom of designs whose writes
+/// slow down or stop on L0 files.
+pub fn l0_headroom(files: usize, limit: usize, memtable_size_bytes: u64) -> Headroom {
+    Headroom {
+        free_bytes: limit.saturating_sub(files) as u64 * memtable_size_bytes,
+        capacity_bytes: limit as u64 * memtable_size_bytes,
+        step_bytes: memtable_size_bytes,
+    }
 }
 
 impl Classic {
@@ -53,6 +62,7 @@ impl Classic {
             l1_size_bytes: opts.l1_size_bytes,
             level_size_multiplier: opts.level_size_multiplier,
             sst_size_bytes: opts.sst_size_bytes,
+            memtable_size_bytes: opts.memtable_size_bytes as u64,
             pending_soft_bytes: opts.pending_compaction_bytes_soft,
             pending_hard_bytes: opts.pending_compaction_bytes_hard,
         }
@@ -60,59 +70,35 @@ impl Classic {
 
     /// Target bytes of level `level` (≥ 1).
     pub fn level_target_bytes(&self, level: usize) -> u64 {
-        let mut t = self.l1_size_bytes;
-        for _ in 1..level {
-            t = t.saturating_mul(self.level_size_multiplier);
-        }
-        t
+        leveled::geometric_target(self.l1_size_bytes, self.level_size_multiplier, level)
     }
 
-    /// Compaction score of each level (the last level's is 0).
+    /// Compaction score of each level (the last level's is 0): L0 by
+    /// files against the trigger (or bytes against L1's target, if
+    /// larger), deeper levels by idle bytes against their targets.
     pub fn scores(&self, v: &Version, busy: &HashSet<u64>) -> Vec<f64> {
-        let n = v.level_count();
-        let mut scores = vec![0.0; n];
-        for (level, score) in scores.iter_mut().enumerate().take(n - 1) {
-            let tables = &v.levels[level];
-            *score = if level == 0 {
-                let files = tables.iter().filter(|t| !busy.contains(&t.meta.id)).count();
-                let by_count = files as f64 / self.l0_compaction_trigger as f64;
-                let by_size = v.level_bytes(0) as f64 / self.l1_size_bytes as f64;
-                by_count.max(by_size)
-            } else {
-                let bytes: u64 = tables
-                    .iter()
-                    .filter(|t| !busy.contains(&t.meta.id))
-                    .map(|t| t.meta.size_bytes)
-                    .sum();
-                bytes as f64 / self.level_target_bytes(level) as f64
-            };
+        let mut scores = leveled::scores_below_l0(v, busy, |l| self.level_target_bytes(l));
+        if v.level_count() > 1 {
+            let files = v.levels[0]
+                .iter()
+                .filter(|t| !busy.contains(&t.meta.id))
+                .count();
+            let by_count = files as f64 / self.l0_compaction_trigger as f64;
+            let by_size = v.level_bytes(0) as f64 / self.l1_size_bytes as f64;
+            scores[0] = by_count.max(by_size);
         }
         scores
     }
 
-    /// RocksDB's estimate of bytes compaction still has to rewrite.
+    /// RocksDB's estimate of bytes compaction still has to rewrite (L0
+    /// counts once it reaches the compaction trigger).
     pub fn pending_compaction_bytes(&self, v: &Version) -> u64 {
-        let n = v.level_count();
-        let mut pending = 0u64;
-        let mut carried = 0u64;
-        if v.levels[0].len() >= self.l0_compaction_trigger {
-            carried = v.level_bytes(0);
-            pending += carried;
-        }
-        for level in 1..n.saturating_sub(1) {
-            let bytes = v.level_bytes(level) + carried;
-            let target = self.level_target_bytes(level);
-            if bytes > target {
-                let excess = bytes - target;
-                let next = v.level_bytes(level + 1) as f64;
-                let ratio = if bytes > 0 { next / bytes as f64 } else { 0.0 };
-                pending = pending.saturating_add((excess as f64 * (ratio + 1.0)) as u64);
-                carried = excess;
-            } else {
-                carried = 0;
-            }
-        }
-        pending
+        let l0 = if v.levels[0].len() >= self.l0_compaction_trigger {
+            v.level_bytes(0)
+        } else {
+            0
+        };
+        leveled::pending_compaction_bytes(v, l0, |l| self.level_target_bytes(l))
     }
 
     fn pick_l0(&self, v: &Version, busy: &HashSet<u64>) -> Option<Task> {
@@ -133,98 +119,22 @@ impl Classic {
             .windows(2)
             .all(|w| w[0].largest_user_key() < w[1].smallest_user_key());
         if l1.is_empty() && disjoint {
-            return Some(Task {
-                kind: TaskKind::TrivialMove,
-                grandparents: Vec::new(),
-                inputs: vec![(0, l0.clone()), (1, Vec::new())],
-                output_level: 1,
-                cursor: None,
-            });
+            return Some(Task::new(
+                TaskKind::TRIVIAL_MOVE,
+                vec![(0, l0.clone()), (1, Vec::new())],
+                1,
+            ));
         }
         let (glo, ghi) = user_range(l0.iter().chain(l1.iter()));
         Some(Task {
-            kind: TaskKind::L0ToL1,
             grandparents: v.overlapping(2, Some(&glo), Some(&ghi)),
-            inputs: vec![(0, l0.clone()), (1, l1)],
-            output_level: 1,
-            cursor: None,
+            ..Task::new(TaskKind::L0_TO_L1, vec![(0, l0.clone()), (1, l1)], 1)
         })
     }
 
     fn pick_level(&self, v: &Version, busy: &HashSet<u64>, level: usize) -> Option<Task> {
-        pick_min_overlap(v, busy, level, self.sst_size_bytes)
+        leveled::pick_min_overlap(v, busy, level, self.sst_size_bytes)
     }
-}
-
-/// Ln → Ln+1 (n ≥ 1): the idle table with the smallest ratio of overlapped
-/// next-level bytes to its own size (RocksDB's `kMinOverlappingRatio`),
-/// moved down without rewriting when it overlaps nothing below. Shared by
-/// the designs whose deeper levels are leveled.
-pub fn pick_min_overlap(
-    v: &Version,
-    busy: &HashSet<u64>,
-    level: usize,
-    sst_size_bytes: u64,
-) -> Option<Task> {
-    let mut best: Option<(f64, Arc<TableHandle>, Vec<Arc<TableHandle>>)> = None;
-    for t in &v.levels[level] {
-        if busy.contains(&t.meta.id) {
-            continue;
-        }
-        let next = v.overlapping(
-            level + 1,
-            Some(t.smallest_user_key()),
-            Some(t.largest_user_key()),
-        );
-        if next.iter().any(|n| busy.contains(&n.meta.id)) {
-            continue;
-        }
-        let overlap: u64 = next.iter().map(|n| n.meta.size_bytes).sum();
-        let ratio = overlap as f64 / t.meta.size_bytes.max(1) as f64;
-        if best.as_ref().is_none_or(|(r, _, _)| ratio < *r) {
-            best = Some((ratio, Arc::clone(t), next));
-        }
-    }
-    let (_, table, next) = best?;
-    let grandparents = v.overlapping(
-        level + 2,
-        Some(table.smallest_user_key()),
-        Some(table.largest_user_key()),
-    );
-    let gp_bytes: u64 = grandparents.iter().map(|g| g.meta.size_bytes).sum();
-    let kind = if next.is_empty()
-        && gp_bytes <= sst_size_bytes * crate::compaction::MAX_GRANDPARENT_OVERLAP_FACTOR
-    {
-        TaskKind::TrivialMove
-    } else {
-        TaskKind::Leveled
-    };
-    Some(Task {
-        kind,
-        cursor: Some((level, table.meta.largest.clone())),
-        inputs: vec![(level, vec![table]), (level + 1, next)],
-        output_level: level + 1,
-        grandparents,
-    })
-}
-
-/// Smallest and largest user key over some tables.
-fn user_range<'a>(tables: impl IntoIterator<Item = &'a Arc<TableHandle>>) -> (Vec<u8>, Vec<u8>) {
-    let mut lo: Option<&[u8]> = None;
-    let mut hi: Option<&[u8]> = None;
-    for t in tables {
-        let (s, l) = (t.smallest_user_key(), t.largest_user_key());
-        if lo.is_none_or(|x| s < x) {
-            lo = Some(s);
-        }
-        if hi.is_none_or(|x| l > x) {
-            hi = Some(l);
-        }
-    }
-    (
-        lo.unwrap_or_default().to_vec(),
-        hi.unwrap_or_default().to_vec(),
-    )
 }
 
 impl Design for Classic {
@@ -232,11 +142,12 @@ impl Design for Classic {
         Preset::Classic
     }
 
-    fn flush(&self, env: &JobEnv, mem: &Arc<MemTable>) -> Result<VersionEdit> {
+    fn flush(&self, env: &JobEnv, mem: &Arc<MemTable>) -> Result<JobOutput> {
         flush_to_l0_sst(env, mem)
     }
 
-    fn pick(&self, v: &Version, busy: &HashSet<u64>) -> Option<Task> {
+    fn pick(&self, v: &Version, cx: &PickContext) -> Option<Task> {
+        let busy = cx.busy;
         let scores = self.scores(v, busy);
         let mut order: Vec<usize> = (0..scores.len()).filter(|&l| scores[l] >= 1.0).collect();
         order.sort_by(|a, b| scores[*b].total_cmp(&scores[*a]));
@@ -249,18 +160,7 @@ impl Design for Classic {
         })
     }
 
-    fn pick_manual(
-        &self,
-        v: &Version,
-        busy: &HashSet<u64>,
-        level: usize,
-        lo: Option<&[u8]>,
-        hi: Option<&[u8]>,
-    ) -> Option<Task> {
-        pick_manual_range(v, busy, level, lo, hi)
-    }
-
-    fn run(&self, env: &JobEnv, task: &Task) -> Result<VersionEdit> {
+    fn run(&self, env: &JobEnv, task: &Task) -> Result<JobOutput> {
         run_merge(env, task, self.sst_size_bytes)
     }
 
@@ -281,6 +181,14 @@ impl Design for Classic {
         }
     }
 
+    fn headroom(&self, v: &Version, _immutable_count: usize) -> Option<Headroom> {
+        Some(l0_headroom(
+            v.levels[0].len(),
+            self.l0_slowdown_trigger,
+            self.memtable_size_bytes,
+        ))
+    }
+
     fn debt(&self, v: &Version) -> u64 {
         v.levels[0].len() as u64 + (self.pending_compaction_bytes(v) >> 20)
     }
@@ -292,109 +200,4 @@ impl Design for Classic {
         v.levels[0].len() + 2 >= self.l0_stop_trigger
             || (hard > soft && pending > soft && pending - soft > (hard - soft) / 4 * 3)
     }
-}
-
-/// Flushes a memtable into one L0 SST (the classic and vLSM flush target).
-pub fn flush_to_l0_sst(env: &JobEnv, mem: &Arc<MemTable>) -> Result<VersionEdit> {
-    let mut edit = VersionEdit::default();
-    let mut it = mem.iter();
-    let spec = OutputSpec {
-        level: 0,
-        target_size_bytes: u64::MAX,
-        grandparents: &[],
-        may_drop_tombstones: false,
-    };
-    for m in merge_to_ssts(env, &mut it, &spec)? {
-        edit.new_tables.push((0, m));
-    }
-    Ok(edit)
-}
-
-/// Manual compaction: every table of `level` overlapping `[lo, hi]` plus the
-/// overlapped tables of the next level.
-pub fn pick_manual_range(
-    v: &Version,
-    busy: &HashSet<u64>,
-    level: usize,
-    lo: Option<&[u8]>,
-    hi: Option<&[u8]>,
-) -> Option<Task> {
-    if level + 1 >= v.level_count() {
-        return None;
-    }
-    let inputs = v.overlapping(level, lo, hi);
-    if inputs.is_empty() {
-        return None;
-    }
-    let inputs = if level == 0 {
-        v.levels[0].clone()
-    } else {
-        inputs
-    };
-    let (a, b) = user_range(&inputs);
-    let next = v.overlapping(level + 1, Some(&a), Some(&b));
-    if inputs
-        .iter()
-        .chain(next.iter())
-        .any(|t| busy.contains(&t.meta.id))
-    {
-        return None;
-    }
-    let (ga, gb) = user_range(inputs.iter().chain(next.iter()));
-    Some(Task {
-        kind: TaskKind::Manual,
-        grandparents: v.overlapping(level + 2, Some(&ga), Some(&gb)),
-        inputs: vec![(level, inputs), (level + 1, next)],
-        output_level: level + 1,
-        cursor: None,
-    })
-}
-
-/// Runs a merge-and-copy task (or a trivial move) into SSTs.
-pub fn run_merge(env: &JobEnv, task: &Task, target_size_bytes: u64) -> Result<VersionEdit> {
-    let mut edit = VersionEdit::default();
-    for (level, tables) in &task.inputs {
-        for t in tables {
-            edit.deleted_tables.push((*level as u32, t.meta.id));
-        }
-    }
-    if let Some((level, c)) = &task.cursor {
-        edit.compact_cursors.push((*level as u32, c.clone()));
-    }
-    if task.kind == TaskKind::TrivialMove {
-        for (_, tables) in &task.inputs {
-            for t in tables {
-                edit.new_tables
-                    .push((task.output_level as u32, t.meta.clone()));
-            }
-        }
-        return Ok(edit);
-    }
-    let mut children: Vec<Box<dyn InternalIterator>> = Vec::new();
-    for (level, tables) in &task.inputs {
-        if tables.is_empty() {
-            continue;
-        }
-        if *level == 0 {
-            children.extend(tables.iter().map(|t| table_iter(t, false)));
-        } else {
-            children.push(Box::new(LevelIterator::new(tables.clone(), false)));
-        }
-    }
-    let mut merged = MergingIterator::new(children);
-    let spec = OutputSpec {
-        level: task.output_level,
-        target_size_bytes,
-        grandparents: &task.grandparents,
-        may_drop_tombstones: true,
-    };
-    for m in merge_to_ssts(env, &mut merged, &spec)? {
-        edit.new_tables.push((task.output_level as u32, m));
-    }
-    debug_assert!(edit.new_tables.windows(2).all(|w| key::compare_internal(
-        &w[0].1.largest,
-        &w[1].1.smallest
-    )
-    .is_lt()));
-    Ok(edit)
 }

@@ -1,7 +1,7 @@
 //! `matrix`: MatrixKV as the TriangleKV paper describes it (seed 000 §2.4)
 //! — the baseline the triangle improves on. It shares the PM container,
 //! the RowTable format, the hints, the flattened tree and the side job
-//! with `triangle` (design/triangle/); only the choice of what to compact
+//! with `triangle` ([`container`](super::container)); only the choice of what to compact
 //! differs.
 //!
 //! * The container's rows are split into a **compactor** — the rows
@@ -27,38 +27,47 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use crate::db::pm::PmTier;
-use crate::design::classic::pick_manual_range;
-use crate::design::triangle::container::{Container, ContainerState, L1Ranges, RowSizer, SidePlan};
-use crate::design::triangle::{pick_manual_side, picker, run_task};
-use crate::design::{Design, JobEnv, Task, TaskKind, WriteControl};
+use crate::design::container::side::side_task;
+use crate::design::container::{
+    Container, ContainerDesign, ContainerState, Drain, L1Ranges, RowSizer, SidePlan,
+};
+use crate::design::{PickContext, Task, TaskKind};
 use crate::error::Result;
-use crate::memtable::MemTable;
 use crate::options::{Options, Preset};
-use crate::version::edit::VersionEdit;
-use crate::version::{TableContext, TableHandle, Version};
+use crate::storage::pm::PmTier;
+use crate::version::{TableHandle, Version};
 
 /// Columns hold this many target SSTs of L0 data when L1 overlaps them.
 pub const COLUMN_SSTS_OVERLAPPED: u64 = 2;
 /// … and this many when no L1 table does.
 pub const COLUMN_SSTS_ALONE: u64 = 4;
 
+/// One column of the compactor merged into L1.
+pub const COLUMN: TaskKind = TaskKind::new("column");
+
+/// MatrixKV's drain: columns of the compactor, or an L1+ compaction whose
+/// score is at least 1 and above the container's (and 1).
+pub struct Columns;
+
 /// The MatrixKV design.
-pub struct Matrix {
-    c: Container,
+pub type Matrix = ContainerDesign<Columns>;
+
+/// The MatrixKV design on `pm`, sized by `opts`.
+pub fn matrix(opts: &Options, pm: Arc<PmTier>) -> Result<Matrix> {
+    Matrix::new(opts, pm)
 }
 
-impl Matrix {
-    /// The design on `pm`, sized by `opts`.
-    pub fn new(opts: &Options, pm: Arc<PmTier>) -> Result<Matrix> {
-        Ok(Matrix {
-            c: Container::new(opts, pm)?,
-        })
-    }
+impl Drain for Columns {
+    const PRESET: Preset = Preset::Matrix;
+    const SIDE: TaskKind = COLUMN;
 
-    /// The container (sizes, rows).
-    pub fn container(&self) -> &Container {
-        &self.c
+    fn pick(c: &Container, v: &Version, cx: &PickContext) -> Option<Task> {
+        let l0 = c.l0_score(v);
+        match c.pick_leveled(v, cx) {
+            Some((score, task)) if score >= 1.0 && score > l0.max(1.0) => Some(task),
+            other => pick_column(c, v, cx.busy)
+                .or_else(|| other.filter(|(s, _)| *s >= 1.0).map(|(_, t)| t)),
+        }
     }
 }
 
@@ -104,13 +113,7 @@ pub fn pick_column(c: &Container, v: &Version, busy: &HashSet<u64>) -> Option<Ta
         c.cfg.sst_size_bytes,
         compactor_seq,
     )?;
-    Some(picker::side_task(
-        v,
-        TaskKind::Column,
-        compactor,
-        &sizer,
-        plan,
-    ))
+    Some(side_task(v, COLUMN, compactor, &sizer, plan))
 }
 
 /// Chooses a column starting at `cursor`.
@@ -174,67 +177,4 @@ pub fn plan_column(
         compactor_seq,
         victim_bytes: acc,
     })
-}
-
-impl Design for Matrix {
-    fn preset(&self) -> Preset {
-        Preset::Matrix
-    }
-
-    fn flush(&self, env: &JobEnv, mem: &Arc<MemTable>) -> Result<VersionEdit> {
-        self.c.flush(env, mem)
-    }
-
-    fn pick(&self, v: &Version, busy: &HashSet<u64>) -> Option<Task> {
-        let leveled = self.c.pick_leveled(v, busy);
-        let l0 = self.c.l0_score(v);
-        match leveled {
-            Some((score, task)) if score >= 1.0 && score > l0.max(1.0) => Some(task),
-            other => pick_column(&self.c, v, busy)
-                .or_else(|| other.filter(|(s, _)| *s >= 1.0).map(|(_, t)| t)),
-        }
-    }
-
-    fn pick_manual(
-        &self,
-        v: &Version,
-        busy: &HashSet<u64>,
-        level: usize,
-        lo: Option<&[u8]>,
-        hi: Option<&[u8]>,
-    ) -> Option<Task> {
-        if level == 0 {
-            pick_manual_side(&self.c, v, busy, TaskKind::Column, lo, hi)
-        } else {
-            pick_manual_range(v, busy, level, lo, hi)
-        }
-    }
-
-    fn prepare_flush(&self, mem: &Arc<MemTable>) -> Result<()> {
-        self.c.prepare_flush(mem)
-    }
-
-    fn run(&self, env: &JobEnv, task: &Task) -> Result<VersionEdit> {
-        run_task(&self.c, env, task)
-    }
-
-    fn write_control(&self, _v: &Version, immutable_count: usize) -> WriteControl {
-        self.c.write_control(immutable_count)
-    }
-
-    fn write_control_epoch(&self) -> u64 {
-        self.c.write_control_epoch()
-    }
-
-    fn install(&self, ctx: &Arc<TableContext>) {
-        self.c.install(ctx);
-    }
-
-    fn debt(&self, v: &Version) -> u64 {
-        Container::container_bytes(v) >> 20
-    }
-
-    fn task_input_bytes(&self, task: &Task) -> Vec<(usize, u64)> {
-        Container::task_input_bytes(task)
-    }
 }

@@ -1,67 +1,142 @@
 //! The design seam (DESIGN.md §2): a design is a flush target, a picker, a
-//! job runner and a write controller. The engine (`db.rs`) knows only these
-//! traits; each preset lives in its own module.
+//! job runner and a write controller, plus the PM it owns. The engine
+//! (`db/`) knows only this trait; each preset lives in its own module or
+//! folder, and shares what it can with the others ([`leveled`] for the
+//! RocksDB-style SSD levels, [`container`] for the PM containers of
+//! `triangle` and `matrix`).
 //!
-//! * [`Design::flush`] turns an immutable memtable into tables (an edit).
-//! * [`Design::pick`] is **pure**: a function of an immutable [`Version`] and
-//!   the set of tables already being compacted. Pickers are tested with
-//!   golden LSM shapes (tierkv/testdata/) and can be replayed without I/O.
-//! * [`Design::run`] executes a [`Task`] and returns the edit to apply.
-//! * [`Design::write_control`] says whether writes proceed, are delayed or
-//!   stop, given the version and the memtable backlog.
+//! # The hooks and their contracts
+//!
+//! Every hook but [`Design::flush`], [`Design::pick`], [`Design::run`],
+//! [`Design::write_control`] and [`Design::debt`] has a default that does
+//! nothing, so a design implements only what it needs.
+//!
+//! * **[`Design::flush`]** turns an immutable memtable into tables and
+//!   returns a [`JobOutput`]: the edit adding them (the engine sets the
+//!   region, the log number and the WAL deletions, then applies it) and
+//!   the bytes the flush wrote per tier and kind ([`Written`]). The engine
+//!   never derives written bytes from table sizes: a PM table that grows by
+//!   appends, an offset array built over nodes already in PM, or a
+//!   pointer-only compaction would all be misreported.
+//! * **[`Design::pick`]** is **pure**: a function of an immutable
+//!   [`Version`] and a [`PickContext`] (the busy set, the memtable backlog,
+//!   the running jobs, PM free space and the admitted write rate — load
+//!   figures the engine measures, so a "low load" trigger stays pure).
+//!   Pickers are tested with golden LSM shapes (tierkv/testdata/) and can
+//!   be replayed without I/O. A task carries a design-defined
+//!   [`TaskKind`] (a name, not an enum of the seam) and may carry a
+//!   design-defined plan ([`Task::plan`]) from the picker to the job.
+//! * **[`Design::run`]** executes a task and returns its [`JobOutput`].
+//! * **[`Design::write_control`]** says whether writes proceed, are
+//!   delayed or stop, given the version and the memtable backlog;
+//!   **[`Design::headroom`]** says how much room is left before it stops
+//!   them, so the engine's pacing controller (db/control.rs) can slow
+//!   writers to the drain rate before the stop instead of after.
+//! * **[`Design::install`]** registers, before recovery reads any table,
+//!   how the design's PM tables are opened and read (`TableContext`).
+//! * **[`Design::recover`]**, the recovery hook: called once at open after
+//!   the MANIFEST is read and before the engine reconciles the PM
+//!   allocator and replays logs. The design may inspect its PM structures
+//!   and return edits (a resumed compaction, an adopted log); the engine
+//!   applies them, in order, before anything else changes. It must be
+//!   idempotent: a crash before its edits are durable repeats it.
+//! * **[`Design::live_pm_runs`]**: PM the design owns beyond the page runs
+//!   its tables list in `meta.pm_pages` (an arena being filled, buffers
+//!   kept between merges, the slot page of an in-flight job, the logs the
+//!   MANIFEST lists for a design-owned log). The engine counts them live
+//!   when it rebuilds the allocator at open (`PmTier::reconcile`); every
+//!   page neither a table, an engine PM WAL nor this list names is freed.
+//! * **[`Design::release`]**: told when a PM table no version references
+//!   any more is released (after the edit removing it is durable and its
+//!   last handle is gone). The engine frees the runs the handle was the
+//!   last to list (`meta.pm_pages`, counted across handles by
+//!   `TableContext::pm_run_refs`); the design returns further runs it can
+//!   free now — shared runs it counts by reference itself, e.g. a buffer
+//!   referenced by thousands of skip lists, too many to list per table.
+//! * **[`Design::log`]**, a design-owned log: `None` (the default) gives
+//!   the engine's WAL (on PM when the PM tier holds it, else on SSD). A
+//!   design whose flush target *is* the log (NV-Cache's NVTable) returns a
+//!   [`DesignLog`]: the engine appends each committed group to it before
+//!   the memtable insert, creates a new one at each memtable switch, and
+//!   records each in the MANIFEST's list of logs in PM
+//!   (`VersionEdit::new_pm_wals`, with the design's locator in
+//!   `first_extent`) before its first record. A flush retires the logs
+//!   below its bound from that list (`deleted_pm_wals`), exactly as for the
+//!   engine's PM WAL — list updates are set operations the version set
+//!   applies in order, so a switch racing a flush cannot lose a log. But
+//!   the engine never walks, replays or frees a design's log: the design's
+//!   `flush` adopts the log of the memtable it flushes
+//!   (`MemTable::log_number`; e.g. its pages become the new table's
+//!   `pm_pages`), its `recover` adopts the logs a crash left listed, and
+//!   its `live_pm_runs` declares the pages of the listed logs.
+//! # Rules every design keeps
+//!
+//! 1. A table's metadata never changes under its id: a PM table that grows
+//!    by appends or shrinks as it is consumed is re-listed under a new id
+//!    (delete old, add new, in one edit). `Version::apply` refuses an edit
+//!    that re-adds an id with other metadata, so an append racing a
+//!    compaction that picked the old id fails loudly instead of losing
+//!    the appended data.
+//! 2. PM structures are written, persisted, and only then published by an
+//!    edit; the only in-place updates of published PM are 8-byte link
+//!    words through `PmRegion::store_u64` (the `PmRegion` contract).
+//! 3. A table's PM pages are freed only by the engine, after the edit
+//!    removing it is durable and no version, iterator or job holds it.
 
 pub mod classic;
+pub mod container;
+pub mod inspect;
+pub mod leveled;
 pub mod matrix;
 pub mod triangle;
 pub mod vlsm;
 
+use std::any::Any;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use crate::db::pm::PmTier;
 use crate::error::Result;
 use crate::memtable::MemTable;
 use crate::options::{Options, Preset};
 use crate::stats::StallCause;
-use crate::version::edit::VersionEdit;
+use crate::storage::alloc::PageRun;
+use crate::storage::pm::PmTier;
+use crate::version::edit::{PmWal, TableMeta, VersionEdit};
 use crate::version::{TableContext, TableHandle, Version};
+use crate::wal::LogWriter;
 
 pub use crate::compaction::JobEnv;
 
-/// What a compaction task is, for stats and dispatch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TaskKind {
-    /// L0 → L1 (merge all overlapping L0 tables with the overlapped L1 tables).
-    L0ToL1,
-    /// Ln → Ln+1 for n ≥ 1.
-    Leveled,
-    /// A table moved to the next level without rewriting (edit only).
-    TrivialMove,
-    /// A compaction asked for by `compact_range`.
-    Manual,
-    /// TriangleKV: one right-angle side of the PM container (a key range of
-    /// every row) merged into L1.
-    RightAngle,
-    /// MatrixKV: one column of the PM container's compactor merged into L1.
-    Column,
-}
+/// What a compaction task is, for stats and dispatch: a name a design
+/// chooses (`l0-l1`, `right-angle`, `list-relink`, …). Designs define
+/// their own as constants; the leveled kinds shared by every design are
+/// here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TaskKind(&'static str);
 
 impl TaskKind {
+    /// L0 → L1 (merge all overlapping L0 tables with the overlapped L1 tables).
+    pub const L0_TO_L1: TaskKind = TaskKind("l0-l1");
+    /// Ln → Ln+1 for n ≥ 1.
+    pub const LEVELED: TaskKind = TaskKind("leveled");
+    /// A table moved to the next level without rewriting (edit only).
+    pub const TRIVIAL_MOVE: TaskKind = TaskKind("trivial-move");
+    /// A compaction asked for by `compact_range`.
+    pub const MANUAL: TaskKind = TaskKind("manual");
+
+    /// A kind named `name`.
+    pub const fn new(name: &'static str) -> TaskKind {
+        TaskKind(name)
+    }
+
     /// Name used in stats.
     pub fn name(self) -> &'static str {
-        match self {
-            TaskKind::L0ToL1 => "l0-l1",
-            TaskKind::Leveled => "leveled",
-            TaskKind::TrivialMove => "trivial-move",
-            TaskKind::Manual => "manual",
-            TaskKind::RightAngle => "right-angle",
-            TaskKind::Column => "column",
-        }
+        self.0
     }
 }
 
 /// A unit of background work chosen by a picker.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Task {
     /// What kind of task.
     pub kind: TaskKind,
@@ -74,9 +149,29 @@ pub struct Task {
     pub grandparents: Vec<Arc<TableHandle>>,
     /// New round-robin cursor for the input level, if the picker keeps one.
     pub cursor: Option<(usize, Vec<u8>)>,
+    /// What else the picker decided, for the job (e.g. the key range of a
+    /// PM container side); the design that made the task downcasts it.
+    pub plan: Option<Arc<dyn Any + Send + Sync>>,
 }
 
 impl Task {
+    /// A task of `kind` over `inputs` into `output_level`, with no
+    /// grandparents, cursor or plan.
+    pub fn new(
+        kind: TaskKind,
+        inputs: Vec<(usize, Vec<Arc<TableHandle>>)>,
+        output_level: usize,
+    ) -> Task {
+        Task {
+            kind,
+            inputs,
+            output_level,
+            grandparents: Vec::new(),
+            cursor: None,
+            plan: None,
+        }
+    }
+
     /// Every input table id.
     pub fn input_ids(&self) -> impl Iterator<Item = u64> + '_ {
         self.inputs
@@ -91,6 +186,128 @@ impl Task {
             .map(|(l, ts)| (*l, ts.iter().map(|t| t.meta.size_bytes).sum()))
             .collect()
     }
+
+    /// The plan, if it is a `T`.
+    pub fn plan<T: Any + Send + Sync>(&self) -> Option<&T> {
+        self.plan.as_deref().and_then(|p| p.downcast_ref::<T>())
+    }
+}
+
+impl std::fmt::Debug for Task {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Task")
+            .field("kind", &self.kind.name())
+            .field("inputs", &self.inputs)
+            .field("output_level", &self.output_level)
+            .field("cursor", &self.cursor)
+            .field("plan", &self.plan.is_some())
+            .finish()
+    }
+}
+
+/// Bytes a flush or a task wrote, per tier and kind. The engine adds them
+/// to the stats under the job's cause (flush, or compaction into the
+/// task's output level).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Written {
+    /// Bytes stored into PM that carry data: keys, values and their
+    /// framing, table blocks, indexes, offset arrays, headers.
+    pub pm_copied: u64,
+    /// Bytes stored into PM by pointer-only work: link words and nodes
+    /// that point at entries already in PM (no key or value byte copied).
+    pub pm_relinked: u64,
+    /// Bytes appended to SSD files (tables).
+    pub ssd: u64,
+}
+
+impl Written {
+    /// SSD bytes of some new SST tables.
+    pub fn ssd_tables<'a>(metas: impl IntoIterator<Item = &'a TableMeta>) -> Written {
+        Written {
+            ssd: metas.into_iter().map(|m| m.size_bytes).sum(),
+            ..Written::default()
+        }
+    }
+}
+
+impl std::ops::AddAssign for Written {
+    fn add_assign(&mut self, o: Written) {
+        self.pm_copied += o.pm_copied;
+        self.pm_relinked += o.pm_relinked;
+        self.ssd += o.ssd;
+    }
+}
+
+/// What a flush or a task produced: the edit to apply and what it wrote.
+#[derive(Debug, Default)]
+pub struct JobOutput {
+    /// The edit.
+    pub edit: VersionEdit,
+    /// Bytes written.
+    pub written: Written,
+}
+
+impl JobOutput {
+    /// An edit whose new SSD tables are all the job wrote.
+    pub fn ssd(edit: VersionEdit) -> JobOutput {
+        let written = Written::ssd_tables(edit.new_tables.iter().map(|(_, m)| m));
+        JobOutput { edit, written }
+    }
+}
+
+/// What a picker may look at besides the version: the engine's load, as
+/// plain numbers, so that pickers stay pure functions.
+#[derive(Debug, Clone, Copy)]
+pub struct PickContext<'a> {
+    /// Tables already being compacted (never hand one to two jobs).
+    pub busy: &'a HashSet<u64>,
+    /// Immutable memtables waiting to be flushed (all regions).
+    pub immutable_memtables: usize,
+    /// Background compactions running now.
+    pub compactions_running: usize,
+    /// A flush is running now.
+    pub flush_running: bool,
+    /// Free bytes in the PM tier's page allocator (`None`: no PM tier).
+    pub pm_free_bytes: Option<u64>,
+    /// Bytes of the PM tier's data pages (`None`: no PM tier).
+    pub pm_capacity_bytes: Option<u64>,
+    /// User bytes the write path admitted per second over the last second.
+    pub write_bytes_per_sec: f64,
+    /// The highest such one-second rate over the last minute.
+    pub write_bytes_per_sec_peak: f64,
+}
+
+impl<'a> PickContext<'a> {
+    /// A context with `busy` and no load (golden tests, manual picks).
+    pub fn idle(busy: &'a HashSet<u64>) -> PickContext<'a> {
+        PickContext {
+            busy,
+            immutable_memtables: 0,
+            compactions_running: 0,
+            flush_running: false,
+            pm_free_bytes: None,
+            pm_capacity_bytes: None,
+            write_bytes_per_sec: 0.0,
+            write_bytes_per_sec_peak: 0.0,
+        }
+    }
+}
+
+/// Room left before the design's write controller stops writes, for the
+/// engine's pacing controller (db/control.rs): both in bytes of user data
+/// (the design converts from its own resource: free PM, L0 files, …).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Headroom {
+    /// User bytes the write path may still admit, at the current version
+    /// and memtable backlog, before `write_control` says `Stop`.
+    pub free_bytes: u64,
+    /// The same with the resource empty (a scale for the pacer's reserve).
+    pub capacity_bytes: u64,
+    /// The largest drop of `free_bytes` one event causes at once (a
+    /// memtable switch or a flush taking a whole row or L0 file): the
+    /// pacer keeps this much in reserve, so such a step never reaches the
+    /// stop.
+    pub step_bytes: u64,
 }
 
 /// The write controller's verdict.
@@ -104,27 +321,41 @@ pub enum WriteControl {
     Stop(StallCause),
 }
 
+/// A log owned by a design (see the module doc).
+pub trait DesignLog: Send + Sync {
+    /// Starts log `number` for a new memtable. Returns its writer and a
+    /// locator (e.g. the PM offset of its header) that the engine records
+    /// durably with the number (`PmWal { log_number, first_extent:
+    /// locator }`) before the first record is appended.
+    fn create(&self, number: u64) -> Result<(Box<dyn LogWriter>, u64)>;
+}
+
 /// A design preset plugged into the engine.
 pub trait Design: Send + Sync {
     /// The preset.
     fn preset(&self) -> Preset;
 
     /// Writes an immutable memtable to its flush target; returns the edit
-    /// adding the new tables (the caller sets the log number and applies it).
-    fn flush(&self, env: &JobEnv, mem: &Arc<MemTable>) -> Result<VersionEdit>;
+    /// adding the new tables (the caller sets the log number and applies
+    /// it) and what the flush wrote.
+    fn flush(&self, env: &JobEnv, mem: &Arc<MemTable>) -> Result<JobOutput>;
 
     /// Chooses the next background task, if any. Pure.
-    fn pick(&self, v: &Version, busy: &HashSet<u64>) -> Option<Task>;
+    fn pick(&self, v: &Version, cx: &PickContext) -> Option<Task>;
 
-    /// A manual compaction of the user-key range `[lo, hi]` out of `level`.
+    /// A manual compaction of the user-key range `[lo, hi]` out of
+    /// `level`. The default compacts the range leveled-style
+    /// ([`leveled::pick_manual_range`]).
     fn pick_manual(
         &self,
         v: &Version,
-        busy: &HashSet<u64>,
+        cx: &PickContext,
         level: usize,
         lo: Option<&[u8]>,
         hi: Option<&[u8]>,
-    ) -> Option<Task>;
+    ) -> Option<Task> {
+        leveled::pick_manual_range(v, cx.busy, level, lo, hi)
+    }
 
     /// Called by the flush thread before a flush job takes its version: a
     /// design whose flush target has bounded room (a PM container) may
@@ -135,12 +366,21 @@ pub trait Design: Send + Sync {
         Ok(())
     }
 
-    /// Runs a task; returns the edit to apply.
-    fn run(&self, env: &JobEnv, task: &Task) -> Result<VersionEdit>;
+    /// Runs a task; returns the edit to apply and what the task wrote.
+    fn run(&self, env: &JobEnv, task: &Task) -> Result<JobOutput>;
 
     /// Whether writes may proceed given the version and the number of
     /// immutable memtables waiting to be flushed.
     fn write_control(&self, v: &Version, immutable_count: usize) -> WriteControl;
+
+    /// Room left before [`Design::write_control`] stops writes (the pacing
+    /// controller slows writers to the rate background work frees it as it
+    /// runs low). `None` (the default): no bounded resource besides the
+    /// memtables, which the engine watches itself.
+    fn headroom(&self, v: &Version, immutable_count: usize) -> Option<Headroom> {
+        let _ = (v, immutable_count);
+        None
+    }
 
     /// A number that changes whenever [`Design::write_control`] may answer
     /// differently for the same versions and memtable backlog (the engine
@@ -174,9 +414,39 @@ pub trait Design: Send + Sync {
 
     /// Called once at open, before recovery reads any table: a PM design
     /// registers how its PM tables are opened
-    /// (`ctx.pm_opener`). The default does nothing.
+    /// (`ctx.pm_opener`, `ctx.level_view`). The default does nothing.
     fn install(&self, ctx: &Arc<TableContext>) {
         let _ = ctx;
+    }
+
+    /// The recovery hook (module doc): edits to apply after the MANIFEST
+    /// is read, before PM reconcile and log replay. `env.version` is the
+    /// recovered version of region 0. The default: none.
+    fn recover(&self, env: &JobEnv) -> Result<Vec<VersionEdit>> {
+        let _ = env;
+        Ok(Vec::new())
+    }
+
+    /// PM runs the design's live structures use beyond its tables'
+    /// `pm_pages` (module doc), given every region's current version and
+    /// the logs in PM the MANIFEST lists (with a design-owned log: its
+    /// logs, by number and locator). The default: none.
+    fn live_pm_runs(&self, versions: &[Arc<Version>], logs: &[PmWal]) -> Result<Vec<PageRun>> {
+        let _ = (versions, logs);
+        Ok(Vec::new())
+    }
+
+    /// A PM table was released (module doc); returns further runs to free.
+    /// The default: none.
+    fn release(&self, meta: &TableMeta) -> Result<Vec<PageRun>> {
+        let _ = meta;
+        Ok(Vec::new())
+    }
+
+    /// The design's own log, if its flush target is the log (module doc).
+    /// The default: the engine's WAL.
+    fn log(&self) -> Option<&dyn DesignLog> {
+        None
     }
 
     /// A number that grows while the LSM falls behind (RocksDB adjusts the
@@ -191,6 +461,12 @@ pub trait Design: Send + Sync {
     }
 }
 
+/// Builds a design from the options and the PM tier (if any): how
+/// `Db::open_with_design` plugs in a design that is not one of the presets
+/// (a test's toy design, an experiment).
+pub type DesignFactory =
+    dyn Fn(&Options, Option<Arc<PmTier>>) -> Result<Arc<dyn Design>> + Send + Sync;
+
 /// Builds the design named by `opts.design`, or refuses it at open. PM
 /// designs get the PM tier (region and page allocator) here.
 pub fn build(opts: &Options, pm: Option<Arc<PmTier>>) -> Result<Arc<dyn Design>> {
@@ -204,8 +480,8 @@ pub fn build(opts: &Options, pm: Option<Arc<PmTier>>) -> Result<Arc<dyn Design>>
     };
     match opts.design {
         Preset::Classic => Ok(Arc::new(classic::Classic::new(opts))),
-        Preset::Triangle => Ok(Arc::new(triangle::Triangle::new(opts, need_pm(pm)?)?)),
-        Preset::Matrix => Ok(Arc::new(matrix::Matrix::new(opts, need_pm(pm)?)?)),
+        Preset::Triangle => Ok(Arc::new(triangle::triangle(opts, need_pm(pm)?)?)),
+        Preset::Matrix => Ok(Arc::new(matrix::matrix(opts, need_pm(pm)?)?)),
         Preset::Vlsm => Ok(Arc::new(vlsm::Vlsm::new(opts))),
         other => Err(crate::Error::InvalidOptions(format!(
             "design `{other}` is not available in this build of tierkv (available: classic, matrix, triangle, vlsm)"

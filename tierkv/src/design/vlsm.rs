@@ -90,8 +90,8 @@ use crate::stats::StallCause;
 use crate::version::edit::VersionEdit;
 use crate::version::{LevelIterator, TableHandle, Version};
 
-use super::classic::{pick_manual_range, run_merge};
-use super::{Design, Task, TaskKind, WriteControl};
+use super::leveled::{self, overlaps_any, run_merge, sorted_by_key, user_range};
+use super::{Design, Headroom, JobOutput, PickContext, Task, TaskKind, WriteControl};
 
 /// The vLSM design: its shape parameters.
 #[derive(Debug, Clone)]
@@ -215,26 +215,12 @@ impl Vlsm {
         t
     }
 
-    /// Bytes of `level` not being compacted.
-    fn idle_bytes(v: &Version, busy: &HashSet<u64>, level: usize) -> u64 {
-        v.levels[level]
-            .iter()
-            .filter(|t| !busy.contains(&t.meta.id))
-            .map(|t| t.meta.size_bytes)
-            .sum()
-    }
-
     /// Compaction score of each level: L0 = SSTs / queue capacity, Ln =
     /// idle bytes / target; the last level's is 0.
     pub fn scores(&self, v: &Version, busy: &HashSet<u64>) -> Vec<f64> {
-        let n = v.level_count();
-        let mut scores = vec![0.0; n];
-        for (level, score) in scores.iter_mut().enumerate().take(n - 1) {
-            *score = if level == 0 {
-                v.levels[0].len() as f64 / self.l0_max_ssts as f64
-            } else {
-                Self::idle_bytes(v, busy, level) as f64 / self.level_target_bytes(level) as f64
-            };
+        let mut scores = leveled::scores_below_l0(v, busy, |l| self.level_target_bytes(l));
+        if v.level_count() > 1 {
+            scores[0] = v.levels[0].len() as f64 / self.l0_max_ssts as f64;
         }
         scores
     }
@@ -242,22 +228,7 @@ impl Vlsm {
     /// Estimated bytes compaction still has to rewrite (RocksDB's estimate
     /// with vLSM's targets; every L0 SST is pending, as L0 drains).
     pub fn pending_compaction_bytes(&self, v: &Version) -> u64 {
-        let n = v.level_count();
-        let mut carried = v.level_bytes(0);
-        let mut pending = carried;
-        for level in 1..n.saturating_sub(1) {
-            let bytes = v.level_bytes(level) + carried;
-            let target = self.level_target_bytes(level);
-            if bytes > target {
-                let excess = bytes - target;
-                let ratio = v.level_bytes(level + 1) as f64 / bytes as f64;
-                pending = pending.saturating_add((excess as f64 * (ratio + 1.0)) as u64);
-                carried = excess;
-            } else {
-                carried = 0;
-            }
-        }
-        pending
+        leveled::pending_compaction_bytes(v, v.level_bytes(0), |l| self.level_target_bytes(l))
     }
 
     /// L0 → L1 for the oldest L0 SST that can go — idle, with idle L1
@@ -314,13 +285,11 @@ impl Vlsm {
                 l2_bytes <= self.sst_size_bytes * MAX_GRANDPARENT_OVERLAP_FACTOR
             };
             if movable {
-                return Task {
-                    kind: TaskKind::TrivialMove,
-                    inputs: vec![(0, vec![Arc::clone(first)]), (1, Vec::new())],
-                    output_level: 1,
-                    grandparents: Vec::new(),
-                    cursor: None,
-                };
+                return Task::new(
+                    TaskKind::TRIVIAL_MOVE,
+                    vec![(0, vec![Arc::clone(first)]), (1, Vec::new())],
+                    1,
+                );
             }
         }
         let (glo, ghi) = user_range(std::iter::once(first).chain(l1.iter()));
@@ -338,11 +307,8 @@ impl Vlsm {
             }
         }
         Task {
-            kind: TaskKind::L0ToL1,
             grandparents: v.overlapping(2, Some(&glo), Some(&ghi)),
-            inputs: vec![(0, l0), (1, l1)],
-            output_level: 1,
-            cursor: None,
+            ..Task::new(TaskKind::L0_TO_L1, vec![(0, l0), (1, l1)], 1)
         }
     }
 
@@ -411,13 +377,11 @@ impl Vlsm {
             .map(|c| Arc::clone(&c.table))
             .collect();
         if !movable.is_empty() {
-            return Some(Task {
-                kind: TaskKind::TrivialMove,
-                inputs: vec![(1, sorted_by_key(movable)), (2, Vec::new())],
-                output_level: 2,
-                grandparents: Vec::new(),
-                cursor: None,
-            });
+            return Some(Task::new(
+                TaskKind::TRIVIAL_MOVE,
+                vec![(1, sorted_by_key(movable)), (2, Vec::new())],
+                2,
+            ));
         }
         let l1 = sorted_by_key(chosen.iter().map(|c| Arc::clone(&c.table)).collect());
         let mut l2: Vec<Arc<TableHandle>> = Vec::new();
@@ -435,11 +399,8 @@ impl Vlsm {
         }
         grandparents.dedup_by_key(|t| t.meta.id);
         Some(Task {
-            kind: TaskKind::Leveled,
-            inputs: vec![(1, l1), (2, l2)],
-            output_level: 2,
             grandparents,
-            cursor: None,
+            ..Task::new(TaskKind::LEVELED, vec![(1, l1), (2, l2)], 2)
         })
     }
 
@@ -484,11 +445,8 @@ impl Vlsm {
         let inputs_l2 = l2[a..b].to_vec();
         let (lo, hi) = user_range(inputs_l1.iter().chain(inputs_l2.iter()));
         Some(Task {
-            kind: TaskKind::Leveled,
             grandparents: v.overlapping(3, Some(&lo), Some(&hi)),
-            inputs: vec![(1, inputs_l1), (2, inputs_l2)],
-            output_level: 2,
-            cursor: None,
+            ..Task::new(TaskKind::LEVELED, vec![(1, inputs_l1), (2, inputs_l2)], 2)
         })
     }
 
@@ -496,14 +454,14 @@ impl Vlsm {
     /// overlapped next-level bytes to its size, moved down when it overlaps
     /// nothing.
     pub fn pick_level(&self, v: &Version, busy: &HashSet<u64>, level: usize) -> Option<Task> {
-        super::classic::pick_min_overlap(v, busy, level, self.sst_size_bytes)
+        leveled::pick_min_overlap(v, busy, level, self.sst_size_bytes)
     }
 
     /// L0's chain: room in L1 for the oldest L0 SST first, then that SST.
     fn pick_l0_chain(&self, v: &Version, busy: &HashSet<u64>) -> Option<Task> {
         let incoming = v.levels[0].last().map_or(0, |t| t.meta.size_bytes);
         if v.level_count() > 2
-            && Self::idle_bytes(v, busy, 1) + incoming > self.level_target_bytes(1)
+            && leveled::idle_bytes(v, busy, 1) + incoming > self.level_target_bytes(1)
         {
             if let Some(t) = self.pick_l1(v, busy) {
                 return Some(t);
@@ -513,7 +471,7 @@ impl Vlsm {
     }
 
     /// L1 → L2: merges each key-disjoint group of the task separately.
-    fn run_l1(&self, env: &JobEnv, task: &Task) -> Result<VersionEdit> {
+    fn run_l1(&self, env: &JobEnv, task: &Task) -> Result<JobOutput> {
         let empty = Vec::new();
         let l1 = task
             .inputs
@@ -561,40 +519,8 @@ impl Vlsm {
             }
             return Err(e);
         }
-        Ok(edit)
+        Ok(JobOutput::ssd(edit))
     }
-}
-
-/// True if any of `tables` meets the user-key range `[lo, hi]`.
-fn overlaps_any(tables: &[&Arc<TableHandle>], lo: &[u8], hi: &[u8]) -> bool {
-    tables
-        .iter()
-        .any(|t| !(t.largest_user_key() < lo || t.smallest_user_key() > hi))
-}
-
-/// Tables sorted by smallest key.
-fn sorted_by_key(mut tables: Vec<Arc<TableHandle>>) -> Vec<Arc<TableHandle>> {
-    tables.sort_by(|a, b| a.smallest_user_key().cmp(b.smallest_user_key()));
-    tables
-}
-
-/// Smallest and largest user key over some tables.
-fn user_range<'a>(tables: impl IntoIterator<Item = &'a Arc<TableHandle>>) -> (Vec<u8>, Vec<u8>) {
-    let mut lo: Option<&[u8]> = None;
-    let mut hi: Option<&[u8]> = None;
-    for t in tables {
-        let (s, l) = (t.smallest_user_key(), t.largest_user_key());
-        if lo.is_none_or(|x| s < x) {
-            lo = Some(s);
-        }
-        if hi.is_none_or(|x| l > x) {
-            hi = Some(l);
-        }
-    }
-    (
-        lo.unwrap_or_default().to_vec(),
-        hi.unwrap_or_default().to_vec(),
-    )
 }
 
 /// L1 tables and the L2 tables merged with them.
@@ -649,7 +575,7 @@ impl Design for Vlsm {
         Preset::Vlsm
     }
 
-    fn flush(&self, env: &JobEnv, mem: &Arc<MemTable>) -> Result<VersionEdit> {
+    fn flush(&self, env: &JobEnv, mem: &Arc<MemTable>) -> Result<JobOutput> {
         let l1: &[Arc<TableHandle>] = env.version.levels.get(1).map_or(&[], |l| l.as_slice());
         let mem_bytes = mem.size_bytes() as u64;
         let target = flush_target_bytes(mem_bytes, self.sst_size_bytes);
@@ -667,10 +593,11 @@ impl Design for Vlsm {
         for m in merge_to_ssts_with(env, &mut mem.iter(), &spec, &mut cutter)? {
             edit.new_tables.push((0, m));
         }
-        Ok(edit)
+        Ok(JobOutput::ssd(edit))
     }
 
-    fn pick(&self, v: &Version, busy: &HashSet<u64>) -> Option<Task> {
+    fn pick(&self, v: &Version, cx: &PickContext) -> Option<Task> {
+        let busy = cx.busy;
         if v.levels[0].len() >= self.l0_max_ssts {
             if let Some(t) = self.pick_l0_chain(v, busy) {
                 return Some(t);
@@ -689,20 +616,9 @@ impl Design for Vlsm {
         deeper.or_else(|| self.pick_l0_chain(v, busy))
     }
 
-    fn pick_manual(
-        &self,
-        v: &Version,
-        busy: &HashSet<u64>,
-        level: usize,
-        lo: Option<&[u8]>,
-        hi: Option<&[u8]>,
-    ) -> Option<Task> {
-        pick_manual_range(v, busy, level, lo, hi)
-    }
-
-    fn run(&self, env: &JobEnv, task: &Task) -> Result<VersionEdit> {
+    fn run(&self, env: &JobEnv, task: &Task) -> Result<JobOutput> {
         let from_l1 = task.inputs.first().is_some_and(|(l, _)| *l == 1);
-        if task.kind == TaskKind::Leveled && from_l1 {
+        if task.kind == TaskKind::LEVELED && from_l1 {
             self.run_l1(env, task)
         } else {
             run_merge(env, task, self.sst_size_bytes)
@@ -719,6 +635,15 @@ impl Design for Vlsm {
         } else {
             WriteControl::Proceed
         }
+    }
+
+    fn headroom(&self, v: &Version, _immutable_count: usize) -> Option<Headroom> {
+        // A full L0 queue holds flushes back: room is the queue's free SSTs.
+        Some(super::classic::l0_headroom(
+            v.levels[0].len(),
+            self.l0_max_ssts,
+            self.sst_size_bytes,
+        ))
     }
 
     fn flush_blocked(&self, v: &Version) -> Option<StallCause> {

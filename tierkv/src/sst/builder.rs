@@ -10,7 +10,9 @@
 //! index block ‖ trailer           one entry per data block (index.rs)
 //! footer                          64 bytes, fixed
 //!
-//! trailer    = type: u8 (0 = uncompressed) ‖ mask(crc32c(block ‖ type)): u32le
+//! trailer    = type: u8 ‖ mask(crc32c(stored ‖ type)): u32le
+//!              type 0 = uncompressed, 1 = LZ4, 2 = Zstd (compress.rs);
+//!              stored = the block, or varint raw_len ‖ compressed bytes
 //! mask(c)    = ((c >> 15) | (c << 17)) + 0xa282ead8   (mod 2^32)
 //!
 //! properties = (tag: varint ‖ len: varint ‖ bytes[len])*
@@ -52,12 +54,13 @@ use crate::storage::WritableFile;
 
 use super::block::BlockBuilder;
 use super::bloom::BloomBuilder;
+use super::compress::{compress_block, Compression};
 use super::index::{short_successor, shortest_separator, BlockHandle};
 
 /// Bytes after every block: compression type and masked crc32c.
 pub const BLOCK_TRAILER_LEN: usize = 5;
-/// The only block type: uncompressed.
-pub const BLOCK_TYPE_NONE: u8 = 0;
+/// The block type of an uncompressed block (the others: [`super::compress`]).
+pub const BLOCK_TYPE_NONE: u8 = super::compress::BLOCK_TYPE_NONE;
 /// Size of the footer at the end of every SST file.
 pub const FOOTER_LEN: usize = 64;
 /// The footer's last 8 bytes.
@@ -80,12 +83,20 @@ pub fn unmask_crc(masked: u32) -> u32 {
     masked.wrapping_sub(CRC_MASK_DELTA).rotate_left(15)
 }
 
-/// The trailer for `block`: type byte and masked crc of block ‖ type.
+/// The trailer for an uncompressed `block`: type byte 0 and masked crc of
+/// block ‖ type.
 #[inline]
 pub fn block_trailer(block: &[u8]) -> [u8; BLOCK_TRAILER_LEN] {
-    let crc = crc32c::crc32c_append(crc32c::crc32c(block), &[BLOCK_TYPE_NONE]);
+    block_trailer_typed(block, BLOCK_TYPE_NONE)
+}
+
+/// The trailer for `stored` bytes of block type `block_type`: the type
+/// byte and the masked crc of stored ‖ type.
+#[inline]
+pub fn block_trailer_typed(stored: &[u8], block_type: u8) -> [u8; BLOCK_TRAILER_LEN] {
+    let crc = crc32c::crc32c_append(crc32c::crc32c(stored), &[block_type]);
     let m = mask_crc(crc).to_le_bytes();
-    [BLOCK_TYPE_NONE, m[0], m[1], m[2], m[3]]
+    [block_type, m[0], m[1], m[2], m[3]]
 }
 
 /// How tables are built.
@@ -97,6 +108,8 @@ pub struct TableOptions {
     pub restart_interval: usize,
     /// Bloom filter bits per user key (0: no filter).
     pub bloom_bits_per_key: usize,
+    /// Codec of the data blocks (metadata blocks are never compressed).
+    pub compression: Compression,
 }
 
 impl Default for TableOptions {
@@ -105,16 +118,20 @@ impl Default for TableOptions {
             block_size_bytes: 4096,
             restart_interval: 16,
             bloom_bits_per_key: 10,
+            compression: Compression::None,
         }
     }
 }
 
 impl TableOptions {
-    /// The table options an engine configured by `opts` uses.
-    pub fn from_options(opts: &Options) -> Self {
+    /// The table options an engine configured by `opts` uses for tables of
+    /// `level` (the level decides the compression,
+    /// [`Options::compression_for_level`]).
+    pub fn from_options(opts: &Options, level: usize) -> Self {
         TableOptions {
             block_size_bytes: opts.block_size_bytes,
             bloom_bits_per_key: opts.bloom_bits_per_key,
+            compression: opts.compression_for_level(level),
             ..TableOptions::default()
         }
     }
@@ -314,6 +331,8 @@ pub struct TableBuilder {
     props: TableProps,
     scratch: Vec<u8>,
     handle_buf: Vec<u8>,
+    /// The compressed form of the block being written.
+    compressed: Vec<u8>,
     failed: Option<Error>,
     finished: bool,
 }
@@ -338,6 +357,7 @@ impl TableBuilder {
             },
             scratch: Vec::new(),
             handle_buf: Vec::with_capacity(BlockHandle::MAX_ENCODED_LEN),
+            compressed: Vec::new(),
             failed: None,
             finished: false,
         }
@@ -416,7 +436,15 @@ impl TableBuilder {
         }
         debug_assert!(self.pending_handle.is_none());
         let contents = self.data_block.finish();
-        let r = write_block(&mut *self.file, &mut self.offset, contents);
+        let r =
+            compress_block(self.opts.compression, contents, &mut self.compressed).and_then(|t| {
+                let stored = if t == BLOCK_TYPE_NONE {
+                    contents
+                } else {
+                    &self.compressed
+                };
+                write_block_typed(&mut *self.file, &mut self.offset, stored, t)
+            });
         let handle = self.record(r)?;
         self.data_block.reset();
         self.pending_handle = Some(handle);
@@ -425,7 +453,7 @@ impl TableBuilder {
     }
 
     /// Bytes the file would have if finished now (data written plus the
-    /// open data block; metadata excluded).
+    /// open data block, counted uncompressed; metadata excluded).
     pub fn estimated_size(&self) -> u64 {
         self.offset + self.data_block.current_size_estimate() as u64
     }
@@ -503,19 +531,31 @@ impl TableBuilder {
     }
 }
 
-/// Appends `contents` and its trailer at `*offset`; returns its handle.
+/// Appends the uncompressed `contents` and its trailer at `*offset`;
+/// returns its handle.
 fn write_block(
     file: &mut dyn WritableFile,
     offset: &mut u64,
     contents: &[u8],
 ) -> Result<BlockHandle> {
+    write_block_typed(file, offset, contents, BLOCK_TYPE_NONE)
+}
+
+/// Appends `stored` (a block in the stored form of `block_type`) and its
+/// trailer at `*offset`; returns its handle (whose size is the stored size).
+fn write_block_typed(
+    file: &mut dyn WritableFile,
+    offset: &mut u64,
+    stored: &[u8],
+    block_type: u8,
+) -> Result<BlockHandle> {
     let handle = BlockHandle {
         offset: *offset,
-        size: contents.len() as u64,
+        size: stored.len() as u64,
     };
-    file.append(contents)?;
-    file.append(&block_trailer(contents))?;
-    *offset += (contents.len() + BLOCK_TRAILER_LEN) as u64;
+    file.append(stored)?;
+    file.append(&block_trailer_typed(stored, block_type))?;
+    *offset += (stored.len() + BLOCK_TRAILER_LEN) as u64;
     Ok(handle)
 }
 

@@ -16,7 +16,8 @@
 //! ├──────────────┴─────────┤
 //! │ footer (64 B)          │  3 handles, version, crc, magic "tierkSST"
 //! └────────────────────────┘
-//! trailer = type u8 (0) ‖ masked crc32c(block ‖ type) u32le
+//! trailer = type u8 ‖ masked crc32c(stored ‖ type) u32le
+//!           type 0 none, 1 LZ4, 2 Zstd (data blocks only; compress.rs)
 //! ```
 //!
 //! Writing: [`TableBuilder`] (flush and compaction output). Reading:
@@ -33,12 +34,14 @@ pub mod block;
 pub mod bloom;
 pub mod builder;
 pub mod cache;
+pub mod compress;
 pub mod index;
 pub mod reader;
 
 pub use builder::{TableBuilder, TableOptions, TableProps};
 pub use cache::BlockCache;
-pub use reader::{ReadConfig, Table, TableCounters, TableIter};
+pub use compress::Compression;
+pub use reader::{DataBlockInfo, ReadConfig, Table, TableCounters, TableIter};
 
 /// The file name of SST `id` in the database directory.
 pub fn sst_file_name(id: u64) -> String {

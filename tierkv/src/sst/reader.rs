@@ -39,6 +39,7 @@ use super::builder::{
     unmask_crc, Footer, TableProps, BLOCK_TRAILER_LEN, BLOCK_TYPE_NONE, FOOTER_LEN,
 };
 use super::cache::BlockCache;
+use super::compress::{decompress_block, Compression};
 use super::index::BlockHandle;
 
 /// Where a table's reads are counted. Every field is optional; the
@@ -152,11 +153,12 @@ impl std::fmt::Debug for Table {
     }
 }
 
-/// Checks a block's trailer (type always, checksum if `verify`).
-fn check_trailer(block_and_trailer: &[u8], verify: bool, path: &str, offset: u64) -> Result<()> {
+/// Checks a block's trailer (a known type always, the checksum if
+/// `verify`) and returns the block type.
+fn check_trailer(block_and_trailer: &[u8], verify: bool, path: &str, offset: u64) -> Result<u8> {
     let n = block_and_trailer.len() - BLOCK_TRAILER_LEN;
     let t = &block_and_trailer[n..];
-    if t[0] != BLOCK_TYPE_NONE {
+    if Compression::from_block_type(t[0]).is_none() {
         return Err(Error::corruption(
             path,
             offset,
@@ -170,7 +172,7 @@ fn check_trailer(block_and_trailer: &[u8], verify: bool, path: &str, offset: u64
             return Err(Error::corruption(path, offset, "block checksum mismatch"));
         }
     }
-    Ok(())
+    Ok(t[0])
 }
 
 impl Table {
@@ -229,7 +231,13 @@ impl Table {
             let start = (h.offset - meta_start) as usize;
             let end = start + h.size as usize + BLOCK_TRAILER_LEN;
             let raw = &meta[start..end];
-            check_trailer(raw, true, &path, h.offset)?;
+            let t = check_trailer(raw, true, &path, h.offset)?;
+            if t != BLOCK_TYPE_NONE {
+                return Err(corrupt(
+                    h.offset,
+                    format!("metadata block of type {t}: metadata blocks are never compressed"),
+                ));
+            }
             Ok(raw[..h.size as usize].to_vec())
         };
 
@@ -319,6 +327,53 @@ impl Table {
             }
             self.cfg.counters.add_miss();
         }
+        let (t, buf) = self.read_stored(h, self.cfg.verify_checksums)?;
+        let buf = decompress_block(t, buf, &self.path, h.offset)?;
+        let block = Arc::new(Block::new(buf, Arc::clone(&self.path), h.offset)?);
+        if fill_cache {
+            if let Some(cache) = &self.cache {
+                cache.insert(self.id, h.offset, Arc::clone(&block));
+            }
+        }
+        Ok(block)
+    }
+}
+
+/// One data block as a table's index lists it (for inspection tools).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataBlockInfo {
+    /// The index key of the block (≥ its last key, < the next block's first).
+    pub separator: Vec<u8>,
+    /// Where the stored block lies (size without the trailer).
+    pub handle: BlockHandle,
+    /// The codec of the block's trailer type byte.
+    pub compression: Compression,
+    /// The size of the block once decompressed (the stored size for an
+    /// uncompressed block; from the length prefix otherwise).
+    pub raw_size_bytes: u64,
+}
+
+impl Table {
+    /// Every index entry: separator key and data block handle, in file
+    /// order.
+    pub fn index_entries(&self) -> Result<Vec<(Vec<u8>, BlockHandle)>> {
+        let mut out = Vec::new();
+        let mut it = BlockIter::new(Arc::clone(&self.index));
+        it.seek_to_first();
+        while it.valid() {
+            let h = BlockHandle::decode(it.value())
+                .ok_or_else(|| self.bad_handle(self.index.file_offset()))?;
+            out.push((it.key().to_vec(), h));
+            it.next();
+        }
+        it.status()?;
+        Ok(out)
+    }
+
+    /// Reads the stored bytes and trailer of the data block at `h`,
+    /// bypassing the cache; checks the trailer's type (and its checksum if
+    /// `verify`). Returns the block type and the stored bytes.
+    fn read_stored(&self, h: BlockHandle, verify: bool) -> Result<(u8, Vec<u8>)> {
         match h.end_with_trailer() {
             Some(end) if end <= self.data_end => {}
             _ => {
@@ -329,20 +384,87 @@ impl Table {
                 ))
             }
         }
-        // Fits in usize: bounded by the file length.
         let n = h.size as usize;
         let mut buf = vec![0u8; n + BLOCK_TRAILER_LEN];
         self.file.read_exact_at(h.offset, &mut buf)?;
         self.cfg.counters.add_bytes_read(buf.len() as u64);
-        check_trailer(&buf, self.cfg.verify_checksums, &self.path, h.offset)?;
+        let t = check_trailer(&buf, verify, &self.path, h.offset)?;
         buf.truncate(n);
-        let block = Arc::new(Block::new(buf, Arc::clone(&self.path), h.offset)?);
-        if fill_cache {
-            if let Some(cache) = &self.cache {
-                cache.insert(self.id, h.offset, Arc::clone(&block));
+        Ok((t, buf))
+    }
+
+    /// Describes every data block (reads each block's trailer and length
+    /// prefix; checksums are not verified: see [`Table::verify`]).
+    pub fn data_blocks(&self) -> Result<Vec<DataBlockInfo>> {
+        self.index_entries()?
+            .into_iter()
+            .map(|(separator, h)| {
+                let (t, stored) = self.read_stored(h, false)?;
+                let compression = Compression::from_block_type(t).unwrap_or_default();
+                let raw_size_bytes = if compression == Compression::None {
+                    h.size
+                } else {
+                    crate::coding::get_varint(&stored).map_or(0, |(n, _)| n)
+                };
+                Ok(DataBlockInfo {
+                    separator,
+                    handle: h,
+                    compression,
+                    raw_size_bytes,
+                })
+            })
+            .collect()
+    }
+
+    /// Checks the whole table, whatever `ReadConfig::verify_checksums`
+    /// says: every data block's checksum, that it decompresses and decodes,
+    /// that keys are internal keys increasing across the file and within
+    /// their block's index separator, and that the entries add up to the
+    /// properties' count. Returns the number of entries. The first damage
+    /// is `Error::Corruption` naming the file and the block's offset.
+    pub fn verify(&self) -> Result<u64> {
+        let mut count = 0u64;
+        let mut deletions = 0u64;
+        let mut prev: Vec<u8> = Vec::new();
+        for (separator, h) in self.index_entries()? {
+            let (t, stored) = self.read_stored(h, true)?;
+            let raw = decompress_block(t, stored, &self.path, h.offset)?;
+            let block = Arc::new(Block::new(raw, Arc::clone(&self.path), h.offset)?);
+            let mut it = block.iter();
+            it.seek_to_first();
+            while it.valid() {
+                let bad =
+                    |what: &str| Err(Error::corruption(&*self.path, h.offset, what.to_string()));
+                let Some(p) = parse_internal_key(it.key()) else {
+                    return bad("entry key is not an internal key");
+                };
+                if count > 0 && compare_internal(&prev, it.key()) != Ordering::Less {
+                    return bad("keys are not increasing");
+                }
+                if compare_internal(it.key(), &separator) == Ordering::Greater {
+                    return bad("a key is beyond the block's index separator");
+                }
+                if p.kind == Kind::Delete {
+                    deletions += 1;
+                }
+                prev.clear();
+                prev.extend_from_slice(it.key());
+                count += 1;
+                it.next();
             }
+            it.status()?;
         }
-        Ok(block)
+        if count != self.props.entries || deletions != self.props.deletions {
+            return Err(Error::corruption(
+                &*self.path,
+                self.index.file_offset(),
+                format!(
+                    "the blocks hold {count} entries ({deletions} deletions); the properties say {} ({})",
+                    self.props.entries, self.props.deletions
+                ),
+            ));
+        }
+        Ok(count)
     }
 }
 

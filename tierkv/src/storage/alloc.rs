@@ -78,7 +78,15 @@ use std::sync::Arc;
 
 use super::PmRegion;
 use crate::error::{Error, Result};
-use crate::version::edit::PageRun;
+
+/// A run of contiguous PM pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PageRun {
+    /// First page number.
+    pub first: u64,
+    /// Number of pages.
+    pub count: u64,
+}
 
 /// Size of an allocator page in bytes.
 pub const PAGE_SIZE_BYTES: u64 = 4096;
@@ -257,6 +265,9 @@ pub struct PageAllocator {
     region: Arc<dyn PmRegion>,
     geo: Geometry,
     inner: Mutex<Inner>,
+    /// Bytes this allocator has stored into the region (superblock and
+    /// bitmap), for the stats' PM metadata bytes.
+    bytes_written: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for PageAllocator {
@@ -310,6 +321,7 @@ impl PageAllocator {
         region.write(0, &sb[..8])?;
         region.persist(0, 8)?;
         let free_pages = page_count - geo.data_start();
+        let written = 8 + image.len() + page0.len() - 8 + 8;
         Ok(PageAllocator {
             region,
             geo,
@@ -318,6 +330,7 @@ impl PageAllocator {
                 free_pages,
                 cursor: geo.data_start(),
             }),
+            bytes_written: std::sync::atomic::AtomicU64::new(written as u64),
         })
     }
 
@@ -451,15 +464,31 @@ impl PageAllocator {
                 free_pages,
                 cursor: geo.data_start(),
             }),
+            bytes_written: std::sync::atomic::AtomicU64::new(0),
         })
+    }
+
+    /// Stores one bitmap word into the region (volatile; the caller
+    /// persists), counting the bytes.
+    fn store_word(&self, w: usize, word: u64) -> Result<()> {
+        self.bytes_written
+            .fetch_add(8, std::sync::atomic::Ordering::Relaxed);
+        self.region
+            .write(self.geo.word_offset(w), &word.to_le_bytes())
+    }
+
+    /// Bytes this allocator has stored into the region since it was opened
+    /// (or formatted): its PM metadata writes.
+    pub fn bytes_written(&self) -> u64 {
+        self.bytes_written
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Writes words `w0..=w1` of the DRAM bitmap to the region and persists
     /// them.
     fn write_words(&self, words: &[u64], w0: usize, w1: usize) -> Result<()> {
         for (w, word) in words.iter().enumerate().take(w1 + 1).skip(w0) {
-            self.region
-                .write(self.geo.word_offset(w), &word.to_le_bytes())?;
+            self.store_word(w, *word)?;
         }
         self.region
             .persist(self.geo.word_offset(w0), (w1 - w0 + 1) * 8)
@@ -476,9 +505,7 @@ impl PageAllocator {
             inner.words[w0..=w1].copy_from_slice(&saved);
             for (i, word) in saved.iter().enumerate() {
                 // Best effort: a write in range cannot fail.
-                let _ = self
-                    .region
-                    .write(self.geo.word_offset(w0 + i), &word.to_le_bytes());
+                let _ = self.store_word(w0 + i, *word);
             }
             return Err(e);
         }
@@ -597,8 +624,7 @@ impl PageAllocator {
         let w1 = (0..words.len()).rev().find(differs);
         if let (Some(w0), Some(w1)) = (w0, w1) {
             for w in (w0..=w1).filter(differs) {
-                self.region
-                    .write(self.geo.word_offset(w), &words[w].to_le_bytes())?;
+                self.store_word(w, words[w])?;
             }
             self.region
                 .persist(self.geo.word_offset(w0), (w1 - w0 + 1) * 8)?;

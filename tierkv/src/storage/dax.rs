@@ -27,10 +27,19 @@
 //! docs/format/pm.md.
 //!
 //! Fallback: on a file system without DAX (e.g. /dev/shm), `MAP_SYNC` is
-//! refused with `EOPNOTSUPP` (or `EINVAL` on older kernels).
-//! [`open_pm_region`] then falls back to an [`MmapRegion`] for
-//! [`PmBackend::Auto`] (logged once per process at info level) and refuses
-//! to open for [`PmBackend::Dax`] with [`Error::InvalidOptions`].
+//! refused with `EOPNOTSUPP` (or `EINVAL` on older kernels). For
+//! [`PmBackend::Dax`], [`open_pm_region`] then refuses to open with
+//! [`Error::InvalidOptions`]. For [`PmBackend::Auto`] it looks at the file
+//! system ([`auto_persistence`]):
+//!
+//! * a **memory file system** (tmpfs, ramfs, hugetlbfs — /dev/shm above
+//!   all): a plain `MAP_SHARED` mapping persisted exactly as on DAX, with
+//!   cache-line write-backs and `sfence` and no system call. A tmpfs page is
+//!   its own storage: every store survives a process crash without `msync`,
+//!   and nothing survives a machine crash whatever is done, so `msync` would
+//!   buy nothing but a system call per persist;
+//! * a **disk-backed** file system: an [`MmapRegion`] persisted with `msync`,
+//!   the only way to reach the disk (logged once per process).
 //!
 //! Concurrency: as [`MmapRegion`]: `Send + Sync`, disjoint ranges written
 //! concurrently, nothing rewritten while read (the [`PmRegion`] contract).
@@ -48,9 +57,8 @@ use rustix::io::Errno;
 use rustix::mm::MapFlags;
 
 use super::mmap::{open_sized, Mapping, MmapRegion, SizedFile};
-use super::PmRegion;
+use super::{Persistence, PmBackend, PmRegion};
 use crate::error::{Error, Result};
-use crate::options::PmBackend;
 
 /// Cache-line size the flushes work on.
 pub const CACHE_LINE_BYTES: usize = 64;
@@ -66,6 +74,18 @@ pub enum FlushInstruction {
     Clflush,
     /// Not x86-64: no user-space flush; persists use `msync`.
     None,
+}
+
+impl FlushInstruction {
+    /// The mnemonic (`none` off x86-64).
+    pub fn name(self) -> &'static str {
+        match self {
+            FlushInstruction::Clwb => "clwb",
+            FlushInstruction::Clflushopt => "clflushopt",
+            FlushInstruction::Clflush => "clflush",
+            FlushInstruction::None => "none",
+        }
+    }
 }
 
 /// The instruction `persist` uses, detected once per process.
@@ -121,12 +141,20 @@ unsafe fn flush_lines(instr: FlushInstruction, start: *const u8, len: usize) {
         // contents, the stack or flags. They are left as memory clobbers so
         // the compiler does not move stores across them.
         match instr {
+            // SAFETY: `p` is mapped (above); `clwb` only writes the line back
+            // and needs CPUID.7.0:EBX[24], which `detect` checked before
+            // choosing it (callers pass the detected instruction, or one the
+            // detected one implies).
             FlushInstruction::Clwb => unsafe {
                 asm!("clwb [{0}]", in(reg) p, options(nostack, preserves_flags))
             },
+            // SAFETY: `p` is mapped; `clflushopt` writes back and evicts the
+            // line and needs CPUID.7.0:EBX[23], checked as for `clwb`.
             FlushInstruction::Clflushopt => unsafe {
                 asm!("clflushopt [{0}]", in(reg) p, options(nostack, preserves_flags))
             },
+            // SAFETY: `p` is mapped; `clflush` exists on every x86-64 CPU
+            // (SSE2) and only writes back and evicts the line.
             FlushInstruction::Clflush | FlushInstruction::None => unsafe {
                 asm!("clflush [{0}]", in(reg) p, options(nostack, preserves_flags))
             },
@@ -161,10 +189,13 @@ pub fn flush_and_fence(buf: &[u8]) {
     }
 }
 
-/// A PM region on a DAX file system: `MAP_SYNC` + cache-line flushes.
+/// A PM region persisted with cache-line flushes: a `MAP_SYNC` mapping on a
+/// DAX file system, or a plain shared mapping of a file on a memory file
+/// system ([`Persistence::MemoryFile`]).
 pub struct DaxRegion {
     map: Mapping,
     created: bool,
+    persistence: Persistence,
 }
 
 /// `MAP_SYNC` was refused (not a DAX file system).
@@ -203,7 +234,7 @@ impl DaxRegion {
     pub fn open(path: &Path, len_bytes: u64, create: bool) -> Result<DaxRegion> {
         let f = open_sized(path, len_bytes, create)?;
         match map_sync(&f)? {
-            Ok(map) => Ok(Self::from_mapping(map, f.created)),
+            Ok(map) => Ok(Self::from_mapping(map, f.created, Persistence::Dax)),
             Err(why) => {
                 if f.created {
                     if let Err(e) = std::fs::remove_file(path) {
@@ -215,11 +246,15 @@ impl DaxRegion {
         }
     }
 
-    fn from_mapping(map: Mapping, created: bool) -> DaxRegion {
+    fn from_mapping(map: Mapping, created: bool, persistence: Persistence) -> DaxRegion {
         if created {
             map.prefault();
         }
-        DaxRegion { map, created }
+        DaxRegion {
+            map,
+            created,
+            persistence,
+        }
     }
 
     /// True if this open created the file (its contents are all zeros).
@@ -271,6 +306,55 @@ impl PmRegion for DaxRegion {
     fn fence(&self) {
         fence(Ordering::SeqCst);
     }
+
+    fn persistence(&self) -> Persistence {
+        self.persistence
+    }
+
+    fn store_u64(&self, offset: u64, value: u64) -> Result<()> {
+        super::check_word(self, offset)?;
+        self.map.store_u64(offset, value)
+    }
+
+    fn load_u64(&self, offset: u64) -> Result<u64> {
+        super::check_word(self, offset)?;
+        self.map.load_u64(offset)
+    }
+}
+
+/// `statfs` magic numbers of file systems whose pages live in memory.
+const MEMORY_FS_MAGICS: [i64; 3] = [
+    0x0102_1994, // tmpfs
+    0x8584_58f6, // ramfs
+    0x9584_58f6, // hugetlbfs
+];
+
+/// True if `dir` (or, while it does not exist yet, its nearest existing
+/// ancestor) is on a memory file system (tmpfs, ramfs, hugetlbfs).
+pub fn on_memory_fs(dir: &Path) -> bool {
+    let Some(existing) = dir.ancestors().find(|a| a.exists()) else {
+        return false;
+    };
+    rustix::fs::statfs(existing)
+        // `f_type`'s integer type differs between targets.
+        .map(|s| {
+            #[allow(clippy::unnecessary_cast)]
+            let t = s.f_type as i64;
+            MEMORY_FS_MAGICS.contains(&t)
+        })
+        .unwrap_or(false)
+}
+
+/// What [`PmBackend::Auto`] chooses for a region file in `dir` when
+/// `MAP_SYNC` is refused: cache-line persists on a memory file system,
+/// `msync` elsewhere. (Where `MAP_SYNC` works it is [`Persistence::Dax`];
+/// that is only known once the file is mapped.)
+pub fn auto_persistence(dir: &Path) -> Persistence {
+    if on_memory_fs(dir) {
+        Persistence::MemoryFile
+    } else {
+        Persistence::Msync
+    }
 }
 
 /// Opens the PM region file at `path` with the backend `backend` asks for.
@@ -292,7 +376,22 @@ pub fn open_pm_region(
         PmBackend::Auto => {
             let f = open_sized(path, len_bytes, create)?;
             match map_sync(&f)? {
-                Ok(map) => Ok(Arc::new(DaxRegion::from_mapping(map, f.created))),
+                Ok(map) => Ok(Arc::new(DaxRegion::from_mapping(
+                    map,
+                    f.created,
+                    Persistence::Dax,
+                ))),
+                Err(_) if on_memory_fs(path.parent().unwrap_or(path)) => {
+                    let map =
+                        Mapping::map(&f, MapFlags::SHARED | MapFlags::POPULATE).map_err(|e| {
+                            Error::io(format!("mmap PM region {}", path.display()), e.into())
+                        })?;
+                    Ok(Arc::new(DaxRegion::from_mapping(
+                        map,
+                        f.created,
+                        Persistence::MemoryFile,
+                    )))
+                }
                 Err(why) => {
                     static LOGGED: AtomicBool = AtomicBool::new(false);
                     if !LOGGED.swap(true, Ordering::Relaxed) {
@@ -316,21 +415,18 @@ mod tests {
     use crate::storage::mmap::test_dir;
 
     fn on_tmpfs(p: &Path) -> bool {
-        rustix::fs::statfs(p)
-            // `f_type`'s integer type differs between targets.
-            .map(|s| {
-                #[allow(clippy::unnecessary_cast)]
-                let t = s.f_type as i64;
-                t == 0x0102_1994
-            })
-            .unwrap_or(false)
+        on_memory_fs(p)
     }
 
     #[test]
-    fn auto_falls_back_to_mmap_on_tmpfs_and_works() {
+    fn auto_persists_with_cache_lines_on_tmpfs_and_works() {
         let dir = test_dir();
         let p = dir.path().join("pm.region");
         let r = open_pm_region(&p, 16 * 4096, PmBackend::Auto, true).unwrap();
+        if on_tmpfs(dir.path()) {
+            assert_eq!(r.persistence(), Persistence::MemoryFile);
+            assert_eq!(auto_persistence(dir.path()), Persistence::MemoryFile);
+        }
         assert_eq!(r.len(), 16 * 4096);
         assert_eq!(r.name(), format!("pm:{}", p.display()));
         r.write(4000, b"across a page boundary").unwrap();
@@ -338,7 +434,8 @@ mod tests {
         drop(r);
         let r = open_pm_region(&p, 16 * 4096, PmBackend::Auto, false).unwrap();
         assert_eq!(r.slice(4000, 22).unwrap(), b"across a page boundary");
-        assert!(open_pm_region(&p, 16 * 4096, PmBackend::Mmap, false).is_ok());
+        let m = open_pm_region(&p, 16 * 4096, PmBackend::Mmap, false).unwrap();
+        assert_eq!(m.persistence(), Persistence::Msync, "Mmap keeps msync");
     }
 
     #[test]
@@ -406,7 +503,7 @@ mod tests {
         let dir = test_dir();
         let f = open_sized(&dir.path().join("r"), 8192, true).unwrap();
         let map = Mapping::map(&f, MapFlags::SHARED).unwrap();
-        let r = DaxRegion::from_mapping(map, true);
+        let r = DaxRegion::from_mapping(map, true, Persistence::MemoryFile);
         r.write(63, b"xy").unwrap();
         r.persist(63, 2).unwrap();
         r.persist(8191, 1).unwrap();

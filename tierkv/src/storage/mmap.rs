@@ -1,4 +1,7 @@
-//! The `mmap` PM backend: a file mapped `MAP_SHARED`, persisted with `msync`.
+//! The `mmap` PM backend: a file mapped `MAP_SHARED`, persisted with `msync`
+//! (`PmBackend::Mmap`, and `PmBackend::Auto` on a disk-backed file system
+//! without DAX; on a memory file system `Auto` uses the cache-line persists
+//! of [`super::dax`] instead).
 //!
 //! [`MmapRegion`] maps a whole file (typically under /dev/shm, which is how
 //! this machine emulates PM) into the address space. Stores go straight to
@@ -50,7 +53,7 @@ use rustix::fs::FallocateFlags;
 use rustix::io::Errno;
 use rustix::mm::{MapFlags, MsyncFlags, ProtFlags};
 
-use super::PmRegion;
+use super::{Persistence, PmRegion};
 use crate::error::{Error, Result};
 
 /// A PM region file opened and sized, not yet mapped.
@@ -234,6 +237,27 @@ impl Mapping {
         Ok(unsafe { std::slice::from_raw_parts(self.base().add(at), len) })
     }
 
+    /// Atomically stores an aligned 8-byte word (PmRegion contract 5).
+    pub(crate) fn store_u64(&self, offset: u64, value: u64) -> Result<()> {
+        let at = self.check(offset, 8)?;
+        // SAFETY: in the mapping (checked); the mapping is page-aligned and
+        // the caller checked `offset % 8 == 0`, so the word is aligned; link
+        // words are only ever accessed atomically (contract 5).
+        unsafe { std::sync::atomic::AtomicU64::from_ptr(self.base().add(at).cast()) }
+            .store(value, Ordering::Release);
+        Ok(())
+    }
+
+    /// Atomically loads an aligned 8-byte word.
+    pub(crate) fn load_u64(&self, offset: u64) -> Result<u64> {
+        let at = self.check(offset, 8)?;
+        // SAFETY: as in `store_u64`.
+        Ok(
+            unsafe { std::sync::atomic::AtomicU64::from_ptr(self.base().add(at).cast()) }
+                .load(Ordering::Acquire),
+        )
+    }
+
     /// `msync(MS_SYNC)` of the pages covering `[offset, offset+len)`.
     pub(crate) fn msync(&self, offset: u64, len: usize) -> Result<()> {
         let at = self.check(offset, len)?;
@@ -331,6 +355,20 @@ impl PmRegion for MmapRegion {
 
     fn fence(&self) {
         fence(Ordering::SeqCst);
+    }
+
+    fn persistence(&self) -> Persistence {
+        Persistence::Msync
+    }
+
+    fn store_u64(&self, offset: u64, value: u64) -> Result<()> {
+        super::check_word(self, offset)?;
+        self.map.store_u64(offset, value)
+    }
+
+    fn load_u64(&self, offset: u64) -> Result<u64> {
+        super::check_word(self, offset)?;
+        self.map.load_u64(offset)
     }
 }
 

@@ -7,10 +7,12 @@
 //! compaction output), [`mem`] (in memory; `crash()` drops whatever was not
 //! synced), [`fault`] (wraps another and injects errors by rule).
 //!
-//! PM backends: [`mmap`] (any file, e.g. under /dev/shm; persist = msync),
-//! [`dax`] (MAP_SYNC on a DAX file system; persist = clwb/clflushopt + sfence;
-//! falls back to mmap when MAP_SYNC is refused), [`sim`] (tests: a volatile
-//! and a durable image; only persisted cache lines survive `crash()`).
+//! PM backends: [`dax`] (MAP_SYNC on a DAX file system, or a plain shared
+//! mapping of a file on a memory file system such as /dev/shm; persist =
+//! clwb/clflushopt + sfence, no system call), [`mmap`] (a file on a
+//! disk-backed file system without DAX; persist = msync), [`sim`] (tests: a
+//! volatile and a durable image; only persisted cache lines survive
+//! `crash()`). [`Persistence`] names what a region's persist does.
 //! [`alloc`] is the persistent 4 KB page allocator on top of a region.
 
 use std::path::{Path, PathBuf};
@@ -23,6 +25,7 @@ pub mod dax;
 pub mod fault;
 pub mod mem;
 pub mod mmap;
+pub mod pm;
 pub mod posix;
 pub mod sim;
 
@@ -83,6 +86,34 @@ pub trait FileSystem: Send + Sync + 'static {
     fn lock(&self, path: &Path) -> Result<Box<dyn FileLock>>;
     /// Free bytes on the device holding `dir` (`u64::MAX` if unknown).
     fn free_space(&self, dir: &Path) -> Result<u64>;
+    /// Makes `to` a hard link to the existing file `from` (checkpoints share
+    /// immutable SSTs this way). `Ok(false)` when the backend or the file
+    /// system cannot (another device, no hard links): the caller copies
+    /// instead. Like a creation, the new name is durable after
+    /// [`FileSystem::sync_dir`]. The default cannot.
+    fn link(&self, from: &Path, to: &Path) -> Result<bool> {
+        let _ = (from, to);
+        Ok(false)
+    }
+}
+
+/// Copies the file `from` to `to` (created or truncated) and syncs it; the
+/// fallback of [`FileSystem::link`]. Returns the bytes copied.
+pub fn copy_file(fs: &dyn FileSystem, from: &Path, to: &Path) -> Result<u64> {
+    const CHUNK_BYTES: usize = 1 << 20;
+    let src = fs.open(from)?;
+    let mut dst = fs.create(to, WriteHint::default())?;
+    let len = src.len();
+    let mut buf = vec![0u8; CHUNK_BYTES.min(len as usize)];
+    let mut at = 0u64;
+    while at < len {
+        let n = ((len - at) as usize).min(CHUNK_BYTES);
+        src.read_exact_at(at, &mut buf[..n])?;
+        dst.append(&buf[..n])?;
+        at += n as u64;
+    }
+    dst.sync()?;
+    Ok(len)
 }
 
 /// A file being written sequentially.
@@ -121,6 +152,66 @@ pub trait RandomAccessFile: Send + Sync {
 /// A held lock; dropping it releases the lock.
 pub trait FileLock: Send + Sync {}
 
+/// How the PM region file is mapped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PmBackend {
+    /// DAX (`MAP_SYNC`) where the file system offers it; otherwise a shared
+    /// mapping persisted with cache-line write-backs on a memory file
+    /// system (/dev/shm), or with `msync` on a disk-backed one.
+    Auto,
+    /// DAX only: refuse to open if `MAP_SYNC` is not supported.
+    Dax,
+    /// Plain shared mapping, persisted with `msync` whatever the file system.
+    Mmap,
+}
+
+/// How a PM region makes its stores durable (reported in `tierkv.stats` and
+/// the bench's header line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Persistence {
+    /// A DAX mapping (`MAP_SYNC`): cache-line write-back + `sfence` reaches
+    /// the media.
+    Dax,
+    /// A file on a memory file system (tmpfs, ramfs, hugetlbfs), mapped
+    /// `MAP_SHARED`: the page *is* the storage, so every store survives a
+    /// process crash and nothing survives a machine crash whatever is done.
+    /// Persist is the DAX sequence (cache-line write-back + `sfence`), as on
+    /// real PM, with no system call.
+    MemoryFile,
+    /// A file on a disk-backed file system without DAX: `msync`, the only
+    /// way to reach the disk.
+    Msync,
+    /// The crash simulator (tests).
+    Simulated,
+}
+
+impl Persistence {
+    /// A short name: `dax`, `memory-file`, `msync`, `sim`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Persistence::Dax => "dax",
+            Persistence::MemoryFile => "memory-file",
+            Persistence::Msync => "msync",
+            Persistence::Simulated => "sim",
+        }
+    }
+
+    /// What a persist does, for people: e.g. `memory-file (clwb + sfence)`.
+    pub fn describe(self) -> String {
+        match self {
+            Persistence::Dax | Persistence::MemoryFile => {
+                format!(
+                    "{} ({} + sfence)",
+                    self.name(),
+                    dax::flush_instruction().name()
+                )
+            }
+            Persistence::Msync => "msync".to_string(),
+            Persistence::Simulated => "sim".to_string(),
+        }
+    }
+}
+
 /// The PM tier: one byte-addressable persistent region.
 ///
 /// Contract:
@@ -130,10 +221,30 @@ pub trait FileLock: Send + Sync {}
 ///    `persist(b)` returns may keep `a` and lose `b`, never the reverse.
 /// 3. An aligned 8-byte store that is persisted is atomic across a crash
 ///    (the unit for commit flags and pointers).
-/// 4. The engine never writes a range that a reader may be reading: PM
-///    structures are written, persisted and then published; a range is only
-///    rewritten after it was freed and no live version references it.
-///    This is what makes [`PmRegion::slice`] sound.
+/// 4. The engine never writes a range that a reader may be reading, link
+///    words (5) excepted: PM structures are written, persisted and then
+///    published; a range is only rewritten after it was freed and no live
+///    version references it. This is what makes [`PmRegion::slice`] sound.
+/// 5. **Link words.** A structure may declare some aligned 8-byte words
+///    *link words* (e.g. the `next`/`prev` words of a list node whose
+///    readers reach it only through an immutable, published offset array).
+///    A link word may be updated in place while the structure is published,
+///    under three rules: (a) it is written only with
+///    [`PmRegion::store_u64`] and read only with [`PmRegion::load_u64`] —
+///    never with `write`, `read` or `slice` once the structure is
+///    published; (b) no reader's slice covers it (readers slice a node from
+///    past its link words) and no checksum covers it; (c) whoever follows a
+///    link validates what it reaches (a link may point at a node written
+///    after the crash point): recovery trusts only what a checksum or the
+///    MANIFEST vouches for.
+///
+/// Why rule 5 is sound: (a) and (b) make every concurrent access to the
+/// bytes of a link word an atomic operation on an aligned `AtomicU64`,
+/// which the Rust memory model defines (no data race, so no undefined
+/// behaviour), while every `&[u8]` handed out by `slice` covers only bytes
+/// no one writes during its life (rule 4). Across a crash, an aligned
+/// persisted store is all-or-nothing (rule 3), so a link word holds its old
+/// or its new value, and (c) makes either value safe to find.
 pub trait PmRegion: Send + Sync + 'static {
     /// Region size in bytes.
     fn len(&self) -> u64;
@@ -155,6 +266,32 @@ pub trait PmRegion: Send + Sync + 'static {
     fn persist(&self, offset: u64, len: usize) -> Result<()>;
     /// Orders earlier persists before later stores (`sfence`).
     fn fence(&self);
+    /// How [`PmRegion::persist`] makes stores durable.
+    fn persistence(&self) -> Persistence;
+    /// Stores the aligned 8-byte link word at `offset` with one atomic
+    /// store (contract 5); durable after a `persist` covering it. An
+    /// offset not a multiple of 8, or out of range, is
+    /// `Error::InvalidArgument`.
+    fn store_u64(&self, offset: u64, value: u64) -> Result<()>;
+    /// Loads the aligned 8-byte link word at `offset` with one atomic load
+    /// (contract 5).
+    fn load_u64(&self, offset: u64) -> Result<u64>;
+}
+
+/// Checks that `offset` names an aligned 8-byte word inside `region`;
+/// returns it as an index.
+pub(crate) fn check_word(region: &dyn PmRegion, offset: u64) -> Result<usize> {
+    let in_range = offset.checked_add(8).is_some_and(|e| e <= region.len());
+    if !offset.is_multiple_of(8) || !in_range {
+        return Err(crate::error::Error::InvalidArgument(format!(
+            "{}: link word at offset {offset} is not an aligned 8-byte word inside the region of {} bytes",
+            region.name(),
+            region.len()
+        )));
+    }
+    usize::try_from(offset).map_err(|_| {
+        crate::error::Error::InvalidArgument(format!("{}: offset {offset}", region.name()))
+    })
 }
 
 /// A power switch shared by crashable backends ([`mem::MemFs`],

@@ -479,6 +479,26 @@ impl FileSystem for PosixFs {
         fs::read(path).map_err(ctx("read", path))
     }
 
+    fn link(&self, from: &Path, to: &Path) -> Result<bool> {
+        match fs::hard_link(from, to) {
+            Ok(()) => Ok(true),
+            // Another device (EXDEV), or a file system without hard links
+            // (EPERM, EOPNOTSUPP, EMLINK): the caller copies.
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EXDEV | libc::EPERM | libc::EOPNOTSUPP | libc::EMLINK)
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(Error::io(
+                format!("link {} to {}", from.display(), to.display()),
+                e,
+            )),
+        }
+    }
+
     fn rename(&self, from: &Path, to: &Path) -> Result<()> {
         fs::rename(from, to)
             .map_err(|e| Error::io(format!("rename {} to {}", from.display(), to.display()), e))

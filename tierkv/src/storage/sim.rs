@@ -33,7 +33,10 @@ pub const CACHE_LINE: u64 = 64;
 /// The simulated region.
 pub struct SimRegion {
     name: String,
-    volatile: Box<[UnsafeCell<u8>]>,
+    /// The volatile image, as 8-byte words so that link words are aligned
+    /// for atomic access; `len` bytes of it are the region.
+    volatile: Box<[UnsafeCell<u64>]>,
+    len: usize,
     durable: Mutex<Vec<u8>>,
     budget: Mutex<Option<u64>>,
     persists: AtomicU64,
@@ -54,10 +57,18 @@ impl SimRegion {
     }
 
     fn from_image(name: String, image: Vec<u8>) -> Self {
-        let volatile: Box<[UnsafeCell<u8>]> = image.iter().map(|&b| UnsafeCell::new(b)).collect();
+        let volatile: Box<[UnsafeCell<u64>]> = image
+            .chunks(8)
+            .map(|c| {
+                let mut w = [0u8; 8];
+                w[..c.len()].copy_from_slice(c);
+                UnsafeCell::new(u64::from_ne_bytes(w))
+            })
+            .collect();
         SimRegion {
             name,
             volatile,
+            len: image.len(),
             durable: Mutex::new(image),
             budget: Mutex::new(None),
             persists: AtomicU64::new(0),
@@ -66,13 +77,13 @@ impl SimRegion {
     }
 
     fn base(&self) -> *mut u8 {
-        UnsafeCell::raw_get(self.volatile.as_ptr())
+        UnsafeCell::raw_get(self.volatile.as_ptr()).cast::<u8>()
     }
 
     fn check(&self, offset: u64, len: usize) -> Result<usize> {
         let start = usize::try_from(offset).map_err(|_| self.out_of_range(offset, len))?;
         match start.checked_add(len) {
-            Some(end) if end <= self.volatile.len() => Ok(start),
+            Some(end) if end <= self.len => Ok(start),
             _ => Err(self.out_of_range(offset, len)),
         }
     }
@@ -80,8 +91,7 @@ impl SimRegion {
     fn out_of_range(&self, offset: u64, len: usize) -> Error {
         Error::InvalidArgument(format!(
             "{}: access of {len} bytes at {offset} beyond region of {} bytes",
-            self.name,
-            self.volatile.len()
+            self.name, self.len
         ))
     }
 
@@ -139,7 +149,7 @@ impl SimRegion {
 
 impl PmRegion for SimRegion {
     fn len(&self) -> u64 {
-        self.volatile.len() as u64
+        self.len as u64
     }
 
     fn name(&self) -> &str {
@@ -195,6 +205,29 @@ impl PmRegion for SimRegion {
 
     fn fence(&self) {
         std::sync::atomic::fence(Ordering::SeqCst);
+    }
+
+    fn persistence(&self) -> super::Persistence {
+        super::Persistence::Simulated
+    }
+
+    fn store_u64(&self, offset: u64, value: u64) -> Result<()> {
+        let at = super::check_word(self, offset)?;
+        // SAFETY: `at` is in bounds and 8-aligned (checked), and the image
+        // is an array of u64, so the address is 8-aligned; link words are
+        // only ever accessed atomically (PmRegion contract 5).
+        unsafe { std::sync::atomic::AtomicU64::from_ptr(self.base().add(at).cast()) }
+            .store(value, Ordering::Release);
+        Ok(())
+    }
+
+    fn load_u64(&self, offset: u64) -> Result<u64> {
+        let at = super::check_word(self, offset)?;
+        // SAFETY: as in `store_u64`.
+        Ok(
+            unsafe { std::sync::atomic::AtomicU64::from_ptr(self.base().add(at).cast()) }
+                .load(Ordering::Acquire),
+        )
     }
 }
 

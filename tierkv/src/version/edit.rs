@@ -22,6 +22,8 @@
 //! 10   region              varint region id (< REGION_LIMIT): starts a
 //!                          region section (below)
 //! 11   region_layout       varint count, varint n, n × (varint len, key)
+//! 0x2001 identity          varint len, identity fields (below); safe to
+//!                          ignore (an older reader skips it)
 //!  tags with bit 0x2000 set: varint len, bytes — skipped by a reader that
 //!  does not know the tag (safe-to-ignore); any other unknown tag is
 //!  corruption.
@@ -31,6 +33,20 @@
 //!  varint len, smallest | varint len, largest | varint seq_min |
 //!  varint seq_max | varint entries | varint deletions |
 //!  varint run_count, run_count × (varint first_page, varint page_count)
+//!
+//! identity fields (each at most once; unknown ones are skipped, so fields
+//! can be added):
+//!  (varint field, varint len, bytes)*   field 1: design preset name (UTF-8)
+//! ```
+//!
+//! The identity says what created the database, so tools can open it
+//! without being told ([`DbIdentity`]); it is written at create and in the
+//! snapshot record of every later manifest.
+//!
+//! ```text
+//! identity of a `triangle` database:
+//!   81 40 0a 01 08 74 72 69 61 6e 67 6c 65
+//!   tag 0x2001 | 10 bytes | field 1, 8 bytes, "triangle"
 //! ```
 //!
 //! Levels are below [`LEVEL_LIMIT`]; `smallest`/`largest` are valid internal
@@ -79,6 +95,7 @@ use crate::coding::{put_length_prefixed, put_varint, Reader};
 use crate::error::{Error, Result};
 use crate::key::{parse_internal_key, SeqNo, MAX_SEQNO};
 use crate::stats::Tier;
+use crate::storage::alloc::PageRun;
 
 /// The on-disk/on-PM format of a table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -117,15 +134,6 @@ impl TableFormat {
             _ => return None,
         })
     }
-}
-
-/// A run of contiguous PM pages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PageRun {
-    /// First page number.
-    pub first: u64,
-    /// Number of pages.
-    pub count: u64,
 }
 
 /// Everything the manifest records about one table.
@@ -191,6 +199,66 @@ pub struct VersionEdit {
     /// How keys are routed to regions (snapshots of databases with more
     /// than one region).
     pub region_layout: Option<RegionLayout>,
+    /// What the database is (snapshot records of databases created since
+    /// the record exists).
+    pub identity: Option<DbIdentity>,
+}
+
+/// What created a database, recorded in the manifest (tag 0x2001) so that a
+/// tool can open it without being told. Extensible: each field is tagged,
+/// and a reader skips fields it does not know.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DbIdentity {
+    /// The design preset's name (`Preset::name`), e.g. `"triangle"`.
+    pub design: Option<String>,
+}
+
+impl DbIdentity {
+    /// The identity of a database created with `design`.
+    pub fn for_design(design: crate::options::Preset) -> DbIdentity {
+        DbIdentity {
+            design: Some(design.name().to_string()),
+        }
+    }
+
+    /// True if no field is set (nothing to record).
+    pub fn is_empty(&self) -> bool {
+        self.design.is_none()
+    }
+
+    /// The design as a preset, if recorded and known to this build.
+    pub fn preset(&self) -> Option<crate::options::Preset> {
+        self.design
+            .as_deref()
+            .and_then(crate::options::Preset::from_name)
+    }
+
+    fn encode_body(&self, dst: &mut Vec<u8>) {
+        if let Some(d) = &self.design {
+            put_varint(dst, identity_field::DESIGN);
+            put_length_prefixed(dst, d.as_bytes());
+        }
+    }
+
+    fn decode_body(body: &[u8]) -> std::result::Result<DbIdentity, String> {
+        let mut r = Reader::new(body);
+        let mut id = DbIdentity::default();
+        while !r.is_empty() {
+            let field = r.varint().ok_or("truncated identity field")?;
+            let value = r.length_prefixed().ok_or("truncated identity field")?;
+            if field == identity_field::DESIGN {
+                let name = std::str::from_utf8(value).map_err(|_| "design name is not UTF-8")?;
+                if id.design.replace(name.to_string()).is_some() {
+                    return Err("identity names the design twice".into());
+                }
+            }
+        }
+        Ok(id)
+    }
+}
+
+mod identity_field {
+    pub const DESIGN: u64 = 1;
 }
 
 /// How a database splits its keys into regions (recorded in the manifest).
@@ -224,6 +292,9 @@ mod tag {
     pub const DESIGN_RECORD: u64 = 9;
     pub const REGION: u64 = 10;
     pub const REGION_LAYOUT: u64 = 11;
+    /// Safe to ignore (bit 0x2000): an older reader opens the database as
+    /// it did before the record existed.
+    pub const IDENTITY: u64 = super::TAG_SAFE_TO_IGNORE | 1;
 }
 
 fn tier_to_u8(t: Tier) -> u8 {
@@ -379,6 +450,12 @@ impl VersionEdit {
                 put_length_prefixed(dst, b);
             }
         }
+        if let Some(id) = &self.identity {
+            let mut body = Vec::new();
+            id.encode_body(&mut body);
+            put_varint(dst, tag::IDENTITY);
+            put_length_prefixed(dst, &body);
+        }
     }
 
     /// Decodes an edit. `source` and `offset` (the MANIFEST path and the
@@ -513,6 +590,14 @@ impl VersionEdit {
                         return Err(bad("region_layout appears twice".to_string()));
                     }
                     e.region_layout = Some(RegionLayout { count, boundaries });
+                }
+                tag::IDENTITY => {
+                    let body = r.length_prefixed().ok_or_else(truncated)?;
+                    let id = DbIdentity::decode_body(body)
+                        .map_err(|what| bad(format!("identity: {what}")))?;
+                    if e.identity.replace(id).is_some() {
+                        return Err(bad("identity appears twice".to_string()));
+                    }
                 }
                 t if t & TAG_SAFE_TO_IGNORE != 0 => {
                     r.length_prefixed().ok_or_else(truncated)?;
@@ -735,7 +820,45 @@ mod tests {
                     }
                 })
                 .filter(|l| l.boundaries.is_empty() || l.boundaries.len() as u32 == l.count - 1),
+            identity: rng.gen_bool(0.2).then(|| DbIdentity {
+                design: rng
+                    .gen_bool(0.7)
+                    .then(|| String::from_utf8_lossy(&random_bytes(rng, 12)).into_owned()),
+            }),
         }
+    }
+
+    #[test]
+    fn identity_worked_example_and_unknown_fields() {
+        let e = VersionEdit {
+            identity: Some(DbIdentity::for_design(crate::options::Preset::Triangle)),
+            ..Default::default()
+        };
+        let mut b = Vec::new();
+        e.encode(&mut b);
+        assert_eq!(
+            b,
+            [0x81, 0x40, 0x0a, 0x01, 0x08, b't', b'r', b'i', b'a', b'n', b'g', b'l', b'e']
+        );
+        let d = VersionEdit::decode(&b, "m", 0).unwrap();
+        assert_eq!(d, e);
+        assert_eq!(
+            d.identity.unwrap().preset(),
+            Some(crate::options::Preset::Triangle)
+        );
+        // A later field this build does not know is skipped.
+        let b = [0x81, 0x40, 0x07, 0x02, 0x02, 0xaa, 0xbb, 0x01, 0x01, b'x'];
+        let d = VersionEdit::decode(&b, "m", 0).unwrap();
+        assert_eq!(d.identity.unwrap().design.as_deref(), Some("x"));
+        // Twice, or a truncated field: corruption.
+        let twice = [0x81, 0x40, 0x00, 0x81, 0x40, 0x00];
+        assert!(VersionEdit::decode(&twice, "m", 0)
+            .unwrap_err()
+            .is_corruption());
+        let short = [0x81, 0x40, 0x02, 0x01, 0x05];
+        assert!(VersionEdit::decode(&short, "m", 0)
+            .unwrap_err()
+            .is_corruption());
     }
 
     #[test]

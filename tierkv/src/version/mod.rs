@@ -22,6 +22,13 @@
 //!    ([`TableContext::level_view`], e.g. a PM container searched with
 //!    cross-row hints); it is built for every version by [`Version::apply`]
 //!    and then answers gets and iteration of that level.
+//! 5. A table id names one metadata for its whole life: an edit that
+//!    deletes and re-adds an id moves the table between levels unchanged;
+//!    re-adding it with other metadata is refused. A PM table that grows by
+//!    appends (or gives pages back) is re-listed under a new id, so an
+//!    append racing a compaction that picked the old id makes the
+//!    compaction's edit fail ("deletes table … which is not in L…")
+//!    instead of dropping the appended data.
 
 pub mod closed;
 pub mod edit;
@@ -40,8 +47,9 @@ use crate::iter::{EmptyIterator, Found, InternalIterator, TableReader};
 use crate::key::{self, compare_internal, SeqNo};
 use crate::sst::{BlockCache, ReadConfig, Table, TableCounters};
 use crate::stats::{LevelShape, Tier};
+use crate::storage::alloc::PageRun;
 use crate::storage::FileSystem;
-use edit::{PageRun, TableFormat, TableMeta, VersionEdit};
+use edit::{TableFormat, TableMeta, VersionEdit};
 
 /// Opens a PM table of a design-specific format.
 pub type PmTableOpener = dyn Fn(&TableMeta) -> Result<Arc<dyn TableReader>> + Send + Sync;
@@ -433,7 +441,19 @@ impl Version {
         for (level, meta) in &e.new_tables {
             let level = *level as usize;
             let handle = match removed.iter().position(|t| t.meta.id == meta.id) {
-                Some(i) => removed.swap_remove(i), // a move between levels
+                // A move between levels keeps the table as it is. A table
+                // whose metadata changes takes a new id (invariant 5).
+                Some(i) if removed[i].meta == *meta => removed.swap_remove(i),
+                Some(_) => {
+                    return Err(Error::corruption(
+                        "MANIFEST",
+                        0,
+                        format!(
+                            "edit re-adds table {} with other metadata (a changed table takes a new id)",
+                            meta.id
+                        ),
+                    ))
+                }
                 None => TableHandle::new(meta.clone(), Arc::clone(ctx)),
             };
             v.levels

@@ -35,7 +35,8 @@ use parking_lot::{Mutex, RwLock};
 
 use super::closed::Closed;
 use super::edit::{
-    decode_current, encode_current, manifest_file_name, PmWal, RegionLayout, VersionEdit,
+    decode_current, encode_current, manifest_file_name, DbIdentity, PmWal, RegionLayout,
+    VersionEdit,
 };
 use super::{Removed, TableContext, Version};
 use crate::error::{Error, Result};
@@ -87,6 +88,9 @@ pub struct Recovered {
     /// The database was closed cleanly (`version::closed`): every live SSD
     /// WAL's number and length then, which replay must find exactly.
     pub closed_wals: Option<Vec<(u64, u64)>>,
+    /// What the manifest says created the database (empty for databases
+    /// created before the identity record existed).
+    pub identity: DbIdentity,
 }
 
 /// The current version and its manifest.
@@ -103,6 +107,8 @@ pub struct VersionSet {
     log_numbers: Mutex<Vec<u64>>,
     pm_wals: Mutex<Vec<PmWal>>,
     layout: RegionLayout,
+    /// Written in every snapshot record (empty: none is written).
+    identity: DbIdentity,
     /// Counts every applied group: changes whenever any region's version does.
     generation: AtomicU64,
 }
@@ -126,7 +132,8 @@ fn describe(l: &RegionLayout) -> String {
 }
 
 impl VersionSet {
-    /// Creates the files of a new, empty database in `dir`.
+    /// Creates the files of a new, empty database in `dir`, with no
+    /// identity record.
     pub fn create(
         fs: Arc<dyn FileSystem>,
         dir: &Path,
@@ -135,11 +142,34 @@ impl VersionSet {
         level_count: usize,
         layout: RegionLayout,
     ) -> Result<VersionSet> {
+        Self::create_with_identity(
+            fs,
+            dir,
+            ctx,
+            stats,
+            level_count,
+            layout,
+            DbIdentity::default(),
+        )
+    }
+
+    /// Creates the files of a new, empty database in `dir` whose manifests
+    /// record `identity` (in every snapshot record).
+    pub fn create_with_identity(
+        fs: Arc<dyn FileSystem>,
+        dir: &Path,
+        ctx: Arc<TableContext>,
+        stats: Arc<StatsRecorder>,
+        level_count: usize,
+        layout: RegionLayout,
+        identity: DbIdentity,
+    ) -> Result<VersionSet> {
         debug_assert!(layout.count >= 1);
         let versions = (0..layout.count)
             .map(|_| Version::empty(level_count))
             .collect();
-        let vs = VersionSet::new(fs, dir, ctx, stats, versions, 1, layout);
+        let mut vs = VersionSet::new(fs, dir, ctx, stats, versions, 1, layout);
+        vs.identity = identity;
         vs.write_new_manifest(0)?;
         Ok(vs)
     }
@@ -164,6 +194,7 @@ impl VersionSet {
             manifest: Mutex::new(None),
             pm_wals: Mutex::new(Vec::new()),
             layout,
+            identity: DbIdentity::default(),
             generation: AtomicU64::new(0),
         }
     }
@@ -259,6 +290,9 @@ impl VersionSet {
                 }
                 pm_wals.extend(e.new_pm_wals.iter().copied());
                 pm_wals.retain(|w| !e.deleted_pm_wals.contains(&w.log_number));
+                if let Some(id) = &e.identity {
+                    rec.identity = id.clone();
+                }
             }
         }
         rec.log_number = rec.region_log_numbers.iter().copied().min().unwrap_or(0);
@@ -303,7 +337,8 @@ impl VersionSet {
             .max(manifest_number + 1)
             .max(largest_file_number(fs.as_ref(), dir).saturating_add(1));
         rec.pm_wals = pm_wals.clone();
-        let vs = VersionSet::new(fs, dir, ctx, stats, versions, next_file, layout);
+        let mut vs = VersionSet::new(fs, dir, ctx, stats, versions, next_file, layout);
+        vs.identity = rec.identity.clone();
         vs.log_numbers
             .lock()
             .copy_from_slice(&rec.region_log_numbers);
@@ -330,6 +365,11 @@ impl VersionSet {
     /// The current version of every region, in region order.
     pub fn current_all(&self) -> Vec<Arc<Version>> {
         self.current.read().clone()
+    }
+
+    /// What the manifest records as having created the database.
+    pub fn identity(&self) -> &DbIdentity {
+        &self.identity
     }
 
     /// Number of regions.
@@ -456,13 +496,30 @@ impl VersionSet {
             .as_ref()
             .map_or(last_seqno, |m| m.last_seqno.max(last_seqno));
         let number = self.new_file_number();
-        let path = self.dir.join(manifest_file_name(number));
-        let file = self.fs.create(&path, WriteHint::default())?;
-        let mut writer = LogWriter::new(FileSink(file), number);
-        // One edit per region, region 0 first with the global fields.
+        let group = self.snapshot_group(&self.current_all(), last_seqno);
+        let writer = write_snapshot_manifest(self.fs.as_ref(), &self.dir, number, &group)?;
+        self.stats
+            .add_written(|w| w.manifest += writer.bytes_written());
+        set_current(self.fs.as_ref(), &self.dir, number)?;
+        if let Some(old) = guard.replace(Manifest {
+            writer,
+            number,
+            last_seqno,
+            failed: None,
+        }) {
+            let _ = self
+                .fs
+                .remove(&self.dir.join(manifest_file_name(old.number)));
+        }
+        Ok(())
+    }
+
+    /// The snapshot record of `versions` (one per region) with the set's
+    /// log numbers, next file number, PM WALs, layout and identity: one edit
+    /// per region, region 0 first with the global fields.
+    fn snapshot_group(&self, versions: &[Arc<Version>], last_seqno: SeqNo) -> Vec<VersionEdit> {
         let logs = self.log_numbers.lock().clone();
-        let mut group: Vec<VersionEdit> = self
-            .current_all()
+        let mut group: Vec<VersionEdit> = versions
             .iter()
             .zip(logs)
             .enumerate()
@@ -480,24 +537,27 @@ impl VersionSet {
         if self.layout.count > 1 {
             snap.region_layout = Some(self.layout.clone());
         }
-        let mut buf = Vec::new();
-        VersionEdit::encode_group(&group, &mut buf);
-        writer.add_record(&buf)?;
-        writer.sync()?;
-        self.stats
-            .add_written(|w| w.manifest += writer.bytes_written());
-        set_current(self.fs.as_ref(), &self.dir, number)?;
-        if let Some(old) = guard.replace(Manifest {
-            writer,
-            number,
-            last_seqno,
-            failed: None,
-        }) {
-            let _ = self
-                .fs
-                .remove(&self.dir.join(manifest_file_name(old.number)));
+        if !self.identity.is_empty() {
+            snap.identity = Some(self.identity.clone());
         }
-        Ok(())
+        group
+    }
+
+    /// The current state as one consistent snapshot, for a checkpoint:
+    /// taken under the manifest lock, so the versions, log numbers and PM
+    /// WALs are those of one applied edit. The versions pin their tables'
+    /// files and PM pages while they are held.
+    pub fn checkpoint_state(&self) -> Result<CheckpointState> {
+        let guard = self.manifest.lock();
+        let m = guard.as_ref().ok_or(Error::Closed)?;
+        let versions = self.current_all();
+        let group = self.snapshot_group(&versions, m.last_seqno);
+        Ok(CheckpointState {
+            log_number: self.log_number(),
+            pm_wals: self.pm_wals(),
+            versions,
+            group,
+        })
     }
 
     /// Closes the manifest.
@@ -537,29 +597,6 @@ impl VersionSet {
     }
 }
 
-/// Writes `MANIFEST-<number>` holding `group` as its one (snapshot)
-/// record, syncs it and the directory, and points CURRENT at it. For
-/// `Db::repair`, which builds a version from the files it finds: `group`
-/// must describe a whole database (region 0 first, with the next file
-/// number and last seqno; tables already durable).
-pub fn install_snapshot_manifest(
-    fs: &dyn FileSystem,
-    dir: &Path,
-    number: u64,
-    group: &[VersionEdit],
-) -> Result<()> {
-    let path = dir.join(manifest_file_name(number));
-    let file = fs.create(&path, WriteHint::default())?;
-    let mut writer = LogWriter::new(FileSink(file), number);
-    let mut buf = Vec::new();
-    VersionEdit::encode_group(group, &mut buf);
-    writer.add_record(&buf)?;
-    writer.sync()?;
-    drop(writer);
-    fs.sync_dir(dir)?;
-    set_current(fs, dir, number)
-}
-
 /// The number of a table, WAL or manifest file name.
 pub fn file_number(name: &str) -> Option<u64> {
     name.strip_suffix(".sst")
@@ -578,6 +615,57 @@ fn largest_file_number(fs: &dyn FileSystem, dir: &Path) -> u64 {
         .filter_map(|n| file_number(&n))
         .max()
         .unwrap_or(0)
+}
+
+/// What [`VersionSet::checkpoint_state`] captures.
+pub struct CheckpointState {
+    /// The current version of every region (they pin their tables).
+    pub versions: Vec<Arc<Version>>,
+    /// Their snapshot record, as a new manifest's first record holds it.
+    pub group: Vec<VersionEdit>,
+    /// The PM WALs live in that state.
+    pub pm_wals: Vec<PmWal>,
+    /// WALs numbered below this are in tables in that state.
+    pub log_number: u64,
+}
+
+/// Writes `MANIFEST-<number>` in `dir` holding the snapshot record `group`
+/// and syncs it (CURRENT is not touched); returns the writer (its byte
+/// count).
+fn write_snapshot_manifest(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    number: u64,
+    group: &[VersionEdit],
+) -> Result<LogWriter<FileSink>> {
+    let path = dir.join(manifest_file_name(number));
+    let file = fs.create(&path, WriteHint::default())?;
+    let mut writer = LogWriter::new(FileSink(file), number);
+    let mut buf = Vec::new();
+    VersionEdit::encode_group(group, &mut buf);
+    writer.add_record(&buf)?;
+    writer.sync()?;
+    Ok(writer)
+}
+
+/// Makes `dir` a database whose state is the snapshot record `group`: writes
+/// and syncs `MANIFEST-<number>`, points CURRENT at it, syncs the directory.
+/// `group[0].next_file_number` must be above `number` and every file the
+/// state names (checkpoints; `Db::repair`, whose group describes the whole
+/// database it rebuilt, region 0 first, with its tables already durable).
+pub fn install_snapshot_manifest(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    number: u64,
+    group: &[VersionEdit],
+) -> Result<()> {
+    debug_assert!(group
+        .first()
+        .and_then(|e| e.next_file_number)
+        .is_some_and(|n| n > number));
+    write_snapshot_manifest(fs, dir, number, group)?;
+    fs.sync_dir(dir)?;
+    set_current(fs, dir, number)
 }
 
 /// Points CURRENT at manifest `number` atomically and durably.
@@ -664,6 +752,38 @@ mod tests {
         vs.close();
         let (_, rec) = open(&mem, dir);
         assert_eq!(rec.last_seqno, 150);
+    }
+
+    /// The identity written at create is in every later manifest's
+    /// snapshot; a database created without one recovers an empty one.
+    #[test]
+    fn identity_survives_reopen_and_rotation() {
+        let mem: Arc<dyn FileSystem> = Arc::new(MemFs::new());
+        let dir = Path::new("/db");
+        mem.create_dir_all(dir).unwrap();
+        let id = DbIdentity::for_design(crate::options::Preset::Matrix);
+        let stats = Arc::new(StatsRecorder::new());
+        let vs = VersionSet::create_with_identity(
+            Arc::clone(&mem),
+            dir,
+            ctx(&mem, dir),
+            stats,
+            4,
+            single_region(),
+            id.clone(),
+        )
+        .unwrap();
+        vs.write_new_manifest(0).unwrap(); // a rotation
+        vs.close();
+        let (vs, rec) = open(&mem, dir);
+        assert_eq!((rec.identity.clone(), vs.identity()), (id.clone(), &id));
+        vs.close();
+        drop(vs);
+        let (_, rec) = open(&mem, dir); // the recovery's own new manifest
+        assert_eq!(rec.identity.preset(), Some(crate::options::Preset::Matrix));
+        let (mem, dir, vs) = fresh();
+        vs.close();
+        assert!(open(&mem, dir).1.identity.is_empty());
     }
 
     /// File numbers found on disk are never handed out again.

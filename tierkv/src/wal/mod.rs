@@ -54,12 +54,14 @@
 //! - [`reader`]: [`Reader`] over a [`LogSource`] (a whole file, or a PM
 //!   extent chain), with the torn-tail rule.
 //! - [`pm`]: the WAL as a chain of extents in the PM region.
+//! - [`LogWriter`]: what the engine's write path appends each committed
+//!   group to, implemented by both WALs and by a design's own log.
 
 pub mod pm;
 pub mod reader;
 pub mod writer;
 
-pub use pm::{is_pm_full, ExtentSource, PmLog, PmSink, PmSource};
+pub use pm::{is_pm_full, ExtentSource, PmLog, PmSink, PmSource, PmWals};
 pub use reader::{FileLog, LogSource, Reader, Tail};
 pub use writer::{FileSink, LogSink, Writer};
 
@@ -216,6 +218,75 @@ pub fn physical_len(block_offset: usize, payload_len: usize) -> u64 {
         if left == 0 {
             return total;
         }
+    }
+}
+
+/// What the write path appends each committed group's batch to before the
+/// memtable insert: the WAL on SSD or in PM, or a log a design owns
+/// (`design::DesignLog`). One writer is owned by the write path's leader
+/// at a time.
+pub trait LogWriter: Send {
+    /// Appends one record (an encoded write batch with its seqno).
+    fn add_record(&mut self, record: &[u8]) -> crate::error::Result<()>;
+    /// Makes every appended record durable.
+    fn sync(&mut self) -> crate::error::Result<()>;
+    /// Hands buffered records to the OS (survives a process crash); a log
+    /// written in place does nothing.
+    fn flush(&mut self) -> crate::error::Result<()>;
+    /// True if the log lives in PM: every group is then persisted before
+    /// it is acknowledged (a few cache-line write-backs), sync or not.
+    fn in_pm(&self) -> bool;
+    /// Bytes this log has written to its device so far.
+    fn bytes_written(&self) -> u64;
+    /// Closes the log for good at a clean close, where its synced records
+    /// end: a log whose reader cannot tell a torn tail from damage by
+    /// itself (a PM WAL, `docs/format/wal.md` §4) records it, so that later
+    /// damage reads as corruption. Nothing may be appended afterwards.
+    /// Default: nothing to do (a file's torn tail is recognised without it).
+    fn seal(&mut self) -> crate::error::Result<()> {
+        Ok(())
+    }
+}
+
+impl LogWriter for Writer<FileSink> {
+    fn add_record(&mut self, record: &[u8]) -> crate::error::Result<()> {
+        Writer::add_record(self, record)
+    }
+    fn sync(&mut self) -> crate::error::Result<()> {
+        Writer::sync(self)
+    }
+    fn flush(&mut self) -> crate::error::Result<()> {
+        Writer::flush(self)
+    }
+    fn in_pm(&self) -> bool {
+        false
+    }
+    fn bytes_written(&self) -> u64 {
+        Writer::bytes_written(self)
+    }
+    fn seal(&mut self) -> crate::error::Result<()> {
+        Writer::seal(self)
+    }
+}
+
+impl LogWriter for Writer<PmSink> {
+    fn add_record(&mut self, record: &[u8]) -> crate::error::Result<()> {
+        Writer::add_record(self, record)
+    }
+    fn sync(&mut self) -> crate::error::Result<()> {
+        Writer::sync(self)
+    }
+    fn flush(&mut self) -> crate::error::Result<()> {
+        Ok(())
+    }
+    fn in_pm(&self) -> bool {
+        true
+    }
+    fn bytes_written(&self) -> u64 {
+        self.sink().device_bytes()
+    }
+    fn seal(&mut self) -> crate::error::Result<()> {
+        Writer::seal(self)
     }
 }
 

@@ -90,10 +90,12 @@ use std::io;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
+use crate::storage::alloc::PageRun;
+use crate::storage::pm::PmTier;
 use crate::storage::PmRegion;
 
 use super::reader::{LogSource, Reader, Tail};
-use super::writer::LogSink;
+use super::writer::{LogSink, Writer};
 use super::{mask_crc, unmask_crc, BLOCK_SIZE, HEADER_SIZE, ZEROS};
 
 /// Bytes reserved for an extent's header; log blocks start this far in.
@@ -426,6 +428,7 @@ impl PmLog {
             cur_pos: 0,
             synced: (0, 0),
             sealed: false,
+            device_bytes: 0,
         };
         sink.grow()?;
         Ok(sink)
@@ -521,6 +524,87 @@ impl PmLog {
     }
 }
 
+/// The PM WALs of a PM tier: extents handed out by its page allocator.
+pub struct PmWals {
+    tier: Arc<PmTier>,
+    source: Arc<dyn ExtentSource>,
+    extent_len_bytes: u64,
+}
+
+/// Hands WAL extents out of the page allocator.
+struct AllocExtents(Arc<PmTier>);
+
+impl ExtentSource for AllocExtents {
+    fn alloc_extent(&self, len_bytes: u64) -> Result<Option<u64>> {
+        let alloc = self.0.allocator();
+        let pages = len_bytes.div_ceil(alloc.page_size());
+        Ok(alloc.alloc(pages)?.map(|run| alloc.page_offset(run.first)))
+    }
+    fn free_extent(&self, offset: u64, len_bytes: u64) -> Result<()> {
+        self.0.free_pages(self.0.run_of(offset, len_bytes))
+    }
+}
+
+/// Bytes of one PM WAL extent for a region of `region_len_bytes`: about
+/// 1/64 of the region, between 4 and 128 log blocks.
+pub fn extent_len_for_region(region_len_bytes: u64) -> u64 {
+    extent_len_for_blocks((region_len_bytes / 64 / BLOCK_SIZE as u64).clamp(4, 128))
+}
+
+impl PmWals {
+    /// The WALs of `tier`.
+    pub fn new(tier: Arc<PmTier>) -> PmWals {
+        PmWals {
+            extent_len_bytes: extent_len_for_region(tier.region().len()),
+            source: Arc::new(AllocExtents(Arc::clone(&tier))),
+            tier,
+        }
+    }
+
+    /// The region the WALs live in.
+    pub fn region(&self) -> &Arc<dyn PmRegion> {
+        self.tier.region()
+    }
+
+    /// Bytes of one extent (a WAL grows by this much at a time).
+    pub fn extent_len_bytes(&self) -> u64 {
+        self.extent_len_bytes
+    }
+
+    /// Creates PM WAL `n`; returns its writer and first extent offset.
+    pub fn create_log(&self, n: u64) -> Result<(Writer<PmSink>, u64)> {
+        let sink = PmLog::create(
+            Arc::clone(self.tier.region()),
+            Arc::clone(&self.source),
+            n,
+            self.extent_len_bytes,
+        )?;
+        let first = sink.first_extent();
+        Ok((Writer::new(sink, n), first))
+    }
+
+    /// Opens PM WAL `n` for replay.
+    pub fn open_log(&self, first_extent: u64, n: u64) -> Result<Reader<PmSource>> {
+        PmLog::open_for_read(Arc::clone(self.tier.region()), first_extent, n)
+    }
+
+    /// The page runs of the WAL starting at `first_extent`.
+    pub fn runs(&self, first_extent: u64) -> Result<Vec<PageRun>> {
+        Ok(PmLog::extents(self.tier.region().as_ref(), first_extent)?
+            .into_iter()
+            .map(|(offset, len)| self.tier.run_of(offset, len))
+            .collect())
+    }
+
+    /// Frees every extent of a PM WAL whose data is in tables.
+    pub fn free_log(&self, first_extent: u64) -> Result<()> {
+        for run in self.runs(first_extent)? {
+            self.tier.free_pages(run)?;
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 struct SinkExtent {
     offset: u64,
@@ -546,9 +630,19 @@ pub struct PmSink {
     synced: (usize, u64),
     /// Sealed: nothing may be appended any more.
     sealed: bool,
+    /// Bytes stored into the region: extent headers and seals, links, log
+    /// bytes, end markers.
+    device_bytes: u64,
 }
 
 impl PmSink {
+    /// Bytes this sink has stored into the region (headers with their
+    /// zeroed seal fields, links, log bytes, the zeroed end markers a sync
+    /// writes, and the seal).
+    pub fn device_bytes(&self) -> u64 {
+        self.device_bytes
+    }
+
     /// Offset of the chain's first extent (recorded in the MANIFEST).
     pub fn first_extent(&self) -> u64 {
         self.extents.first().map_or(0, |e| e.offset)
@@ -604,11 +698,13 @@ impl PmSink {
         region.persist(offset, header.len() + SEAL_BYTES)?;
         region.write(offset + EXTENT_HEADER_BYTES, &ZEROS)?;
         region.persist(offset + EXTENT_HEADER_BYTES, HEADER_SIZE)?;
+        self.device_bytes += (header.len() + SEAL_BYTES + HEADER_SIZE) as u64;
         // (2) Then the 8-byte atomic link from the previous extent.
         if let Some(prev) = self.extents.last() {
             let at = prev.offset + NEXT_FIELD;
             region.write(at, &offset.to_le_bytes())?;
             region.persist(at, 8)?;
+            self.device_bytes += 8;
         }
         self.extents.push(SinkExtent {
             offset,
@@ -642,7 +738,7 @@ impl PmSink {
     /// Zeroes the fragment header position that follows `cur_pos` (after the
     /// block padding if the block has no room for a header) and returns the
     /// end of the zeroed range, relative to the current extent's data.
-    fn write_end_marker(&self) -> Result<u64> {
+    fn write_end_marker(&mut self) -> Result<u64> {
         let cap = self.extents[self.cur].cap;
         let pos = self.cur_pos;
         if pos >= cap {
@@ -660,6 +756,7 @@ impl PmSink {
             let n = (end - at).min(HEADER_SIZE as u64);
             self.region
                 .write(self.data_offset(self.cur, at), &ZEROS[..n as usize])?;
+            self.device_bytes += n;
             at += n;
         }
         Ok(end)
@@ -688,6 +785,7 @@ impl LogSink for PmSink {
             let (now, rest) = data.split_at(n);
             self.region
                 .write(self.data_offset(self.cur, self.cur_pos), now)?;
+            self.device_bytes += n as u64;
             self.cur_pos += n as u64;
             data = rest;
         }
@@ -729,6 +827,7 @@ impl LogSink for PmSink {
         let at = self.first_extent() + SEAL_FIELD;
         self.region.write(at, &encode_seal(self.log_number, end))?;
         self.region.persist(at, SEAL_BYTES)?;
+        self.device_bytes += SEAL_BYTES as u64;
         self.sealed = true;
         Ok(())
     }

@@ -119,9 +119,10 @@ use crate::error::{Error, Result};
 use crate::iter::{Found, InternalIterator, TableReader};
 use crate::key::{self, Kind, SeqNo};
 use crate::stats::Tier;
+use crate::storage::alloc::PageRun;
 use crate::storage::alloc::PAGE_SIZE_BYTES;
 use crate::storage::PmRegion;
-use crate::version::edit::{PageRun, TableFormat, TableMeta};
+use crate::version::edit::{TableFormat, TableMeta};
 
 /// `"RowTable"`.
 pub const MAGIC: [u8; 8] = *b"RowTable";
@@ -793,6 +794,9 @@ pub struct Built {
     pub deletions: u64,
     /// Bytes of PM the row occupies (whole pages).
     pub size_bytes: u64,
+    /// Bytes the build stored into PM: values, then the metadata run's
+    /// header, extent array, elements and keys.
+    pub written_bytes: u64,
 }
 
 impl Built {
@@ -1011,6 +1015,7 @@ fn build_inner(
         entries: n,
         deletions,
         size_bytes,
+        written_bytes: value_bytes + meta_len as u64,
     })
 }
 
@@ -1023,7 +1028,7 @@ pub(super) mod tests {
     use crate::storage::alloc::PageAllocator;
     use crate::storage::sim::SimRegion;
 
-    pub(in crate::design::triangle) struct Pages(Arc<PageAllocator>);
+    pub(in crate::design::container) struct Pages(Arc<PageAllocator>);
     impl PageSource for Pages {
         fn alloc(&self, want: u64, min: u64) -> Result<PageRun> {
             let mut n = want;
@@ -1042,7 +1047,7 @@ pub(super) mod tests {
         }
     }
 
-    pub(in crate::design::triangle) fn setup(
+    pub(in crate::design::container) fn setup(
         len: usize,
     ) -> (Arc<dyn PmRegion>, Arc<SimRegion>, Pages) {
         let sim = Arc::new(SimRegion::new(len));
@@ -1051,7 +1056,7 @@ pub(super) mod tests {
         (region, sim, Pages(alloc))
     }
 
-    pub(in crate::design::triangle) fn mem(entries: &[(&str, u64, Kind, &str)]) -> Arc<MemTable> {
+    pub(in crate::design::container) fn mem(entries: &[(&str, u64, Kind, &str)]) -> Arc<MemTable> {
         let m = Arc::new(MemTable::new(1));
         for (k, s, kind, v) in entries {
             m.add(*s, *kind, k.as_bytes(), v.as_bytes());
@@ -1059,7 +1064,7 @@ pub(super) mod tests {
         m
     }
 
-    pub(in crate::design::triangle) fn build_mem(
+    pub(in crate::design::container) fn build_mem(
         region: &Arc<dyn PmRegion>,
         pages: &Pages,
         m: &Arc<MemTable>,

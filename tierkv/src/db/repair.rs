@@ -58,9 +58,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::batch::WriteBatch;
-use crate::db::pm::REGION_FILE_NAME;
-use crate::db::region::Router;
-use crate::design::triangle::rowtable::{self, RowTable};
+use crate::design::container::rowtable::{self, RowTable};
 use crate::error::{Error, Result};
 use crate::iter::{InternalIterator, MergingIterator};
 use crate::key::{self, Kind, SeqNo};
@@ -70,12 +68,15 @@ use crate::options::Options;
 use crate::sst::{sst_file_name, ReadConfig, Table, TableBuilder, TableOptions};
 use crate::stats::Tier;
 use crate::storage::alloc::{PageAllocator, PAGE_SIZE_BYTES};
+use crate::storage::pm::REGION_FILE_NAME;
 use crate::storage::posix::PosixFs;
 use crate::storage::{open_pm_region, FileSystem, PmRegion, WriteHint};
 use crate::version::closed::CLOSED_FILE_NAME;
-use crate::version::edit::{manifest_file_name, TableFormat, TableMeta, VersionEdit};
+use crate::version::edit::{manifest_file_name, DbIdentity, TableFormat, TableMeta, VersionEdit};
 use crate::version::set::{file_number, install_snapshot_manifest};
 use crate::wal::{FileLog, LogSource, PmLog, Reader};
+
+use super::region::Router;
 
 /// The kind of a source repair read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -526,7 +527,7 @@ pub fn repair(dir: &Path, options: Options) -> Result<RepairReport> {
     let mut outputs = Outputs {
         fs: fs.as_ref(),
         dir,
-        table_options: TableOptions::from_options(&options),
+        table_options: TableOptions::from_options(&options, level),
         target_bytes: options.sst_size_bytes,
         open: (0..router.count()).map(|_| None).collect(),
         done: (0..router.count()).map(|_| Vec::new()).collect(),
@@ -571,6 +572,7 @@ pub fn repair(dir: &Path, options: Options) -> Result<RepairReport> {
         .collect();
     group[0].next_file_number = Some(log_number + 1);
     group[0].last_seqno = Some(found.last_seqno);
+    group[0].identity = Some(DbIdentity::for_design(options.design));
     if router.count() > 1 {
         group[0].region_layout = Some(router.layout());
     }

@@ -28,8 +28,8 @@ use crate::iter::{EmptyIterator, Found, InternalIterator, TableReader};
 use crate::key::{self, SeqNo};
 use crate::version::TableHandle;
 
-use super::container::{ContainerState, RowCache};
 use super::rowtable::{Probe, RowTable};
+use super::{ContainerState, RowCache};
 
 struct Row {
     t: Arc<RowTable>,

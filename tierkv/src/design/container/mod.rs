@@ -82,22 +82,30 @@ use parking_lot::Mutex;
 
 use crate::coding::{put_length_prefixed, put_varint, Reader};
 use crate::compaction::{merge_to_ssts, JobEnv, OutputSpec};
-use crate::db::pm::PmTier;
 use crate::design::classic::Classic;
-use crate::design::{Task, TaskKind, WriteControl};
+use crate::design::leveled;
+use crate::design::{
+    Design, Headroom, JobOutput, PickContext, Task, TaskKind, WriteControl, Written,
+};
 use crate::error::{Error, Result};
 use crate::iter::{InternalIterator, MergingIterator};
 use crate::key::{self, SeqNo};
 use crate::memtable::MemTable;
-use crate::options::Options;
+use crate::options::{Options, Preset};
 use crate::stats::{StallCause, Tier};
-use crate::storage::alloc::PAGE_SIZE_BYTES;
+use crate::storage::alloc::{PageRun, PAGE_SIZE_BYTES};
+use crate::storage::pm::PmTier;
 use crate::storage::PmRegion;
-use crate::version::edit::{PageRun, TableFormat, TableMeta, VersionEdit};
+use crate::version::edit::{TableFormat, TableMeta, VersionEdit};
 use crate::version::{LevelIterator, TableContext, TableHandle, Version};
 
-use super::hint::ContainerView;
-use super::rowtable::{self, BuildParams, Expect, PageSource, RowTable};
+use hint::ContainerView;
+use rowtable::{BuildParams, Expect, PageSource, RowTable};
+
+pub mod hint;
+pub mod inspect;
+pub mod rowtable;
+pub mod side;
 
 /// Design-record tag of the container state.
 pub const CONTAINER_TAG: u32 = 0x434e_5452;
@@ -357,8 +365,8 @@ pub fn covered(intervals: &[(usize, usize)], a: usize, b: usize) -> bool {
 
 // ------------------------------------------------------------ side plans
 
-/// What a side task consumes: carried in the task (`Task::cursor` at level
-/// 0, encoded) from the pure picker to the job.
+/// What a side task consumes: carried in the task ([`Task::plan`]) from the
+/// pure picker to the job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SidePlan {
     /// First user key of the side.
@@ -376,57 +384,9 @@ pub struct SidePlan {
 }
 
 impl SidePlan {
-    /// Encodes the plan.
-    pub fn encode(&self) -> Vec<u8> {
-        let mut b = Vec::new();
-        put_length_prefixed(&mut b, &self.lo);
-        let opt = |b: &mut Vec<u8>, o: &Option<Vec<u8>>| match o {
-            Some(k) => {
-                b.push(1);
-                put_length_prefixed(b, k);
-            }
-            None => b.push(0),
-        };
-        opt(&mut b, &self.hi);
-        put_varint(&mut b, self.through);
-        opt(&mut b, &self.next_cursor);
-        put_varint(&mut b, self.compactor_seq);
-        put_varint(&mut b, self.victim_bytes);
-        b
-    }
-
-    /// Decodes a plan.
-    pub fn decode(b: &[u8]) -> Option<SidePlan> {
-        let mut r = Reader::new(b);
-        let lo = r.length_prefixed()?.to_vec();
-        let opt = |r: &mut Reader| -> Option<Option<Vec<u8>>> {
-            match r.u8()? {
-                0 => Some(None),
-                1 => Some(Some(r.length_prefixed()?.to_vec())),
-                _ => None,
-            }
-        };
-        let hi = opt(&mut r)?;
-        let through = r.varint()?;
-        let next_cursor = opt(&mut r)?;
-        Some(SidePlan {
-            lo,
-            hi,
-            through,
-            next_cursor,
-            compactor_seq: r.varint()?,
-            victim_bytes: r.varint()?,
-        })
-    }
-
     /// The plan of a side task.
     pub fn of(task: &Task) -> Option<SidePlan> {
-        match &task.cursor {
-            Some((0, b)) if matches!(task.kind, TaskKind::RightAngle | TaskKind::Column) => {
-                SidePlan::decode(b)
-            }
-            _ => None,
-        }
+        task.plan::<SidePlan>().cloned()
     }
 
     /// True if `user_key` is inside the side.
@@ -452,7 +412,7 @@ pub fn successor(k: &[u8]) -> Vec<u8> {
 /// row of a version, and a write-only load has no view keeping them open, so
 /// a weak cache would re-check every row's metadata (a checksum and a walk
 /// of every element) at every pick. Each flush drops the readers of rows that
-/// are no longer in its version ([`RowCache::retain_live`]); a reader kept a
+/// are no longer in its version (`RowCache::retain_live`); a reader kept a
 /// little longer is harmless, since its key `(first metadata page, seq_max)`
 /// is never reused (seqnos only grow).
 pub struct RowCache {
@@ -703,7 +663,11 @@ impl Container {
     pub fn new(opts: &Options, pm: Arc<PmTier>) -> Result<Container> {
         let alloc = pm.allocator();
         let capacity = (alloc.total_pages() - alloc.data_start_page()) * PAGE;
-        let cfg = Config::new(opts, capacity, pm.wal_extent_len_bytes())?;
+        let cfg = Config::new(
+            opts,
+            capacity,
+            crate::wal::pm::extent_len_for_region(pm.region().len()),
+        )?;
         let region = Arc::clone(pm.region());
         Ok(Container {
             rows: Arc::new(RowCache::new(Arc::clone(&region), opts.verify_checksums)),
@@ -800,6 +764,25 @@ impl Container {
         }
     }
 
+    /// Room before [`Container::write_control`] stops writes, in user
+    /// bytes: the free PM above what the stop keeps for the waiting rows
+    /// and WAL extents, halved because until its flush frees the WAL each
+    /// user byte takes PM twice (WAL record, then row).
+    pub fn headroom(&self, immutable_count: usize) -> Headroom {
+        let need =
+            immutable_count as u64 * self.cfg.row_estimate_bytes + self.cfg.wal_reserve_bytes;
+        let data_pages = {
+            let a = self.pm.allocator();
+            a.total_pages() - a.data_start_page()
+        };
+        Headroom {
+            free_bytes: self.free_bytes().saturating_sub(need) / 2,
+            capacity_bytes: (data_pages * PAGE).saturating_sub(self.cfg.wal_reserve_bytes) / 2,
+            // A memtable switch reserves a whole row at once.
+            step_bytes: self.cfg.row_estimate_bytes / 2,
+        }
+    }
+
     /// Changes whenever free PM moves by a 64th of a memtable: the
     /// write-control verdict follows free PM, which each write's WAL record
     /// consumes.
@@ -809,16 +792,16 @@ impl Container {
     }
 
     /// The L1+ picker on a copy of `v` without its rows.
-    pub fn pick_leveled(&self, v: &Version, busy: &HashSet<u64>) -> Option<(f64, Task)> {
+    pub fn pick_leveled(&self, v: &Version, cx: &PickContext) -> Option<(f64, Task)> {
         let mut ssd = Version {
             design_state: Default::default(),
             level_views: Vec::new(),
             ..v.clone()
         };
         ssd.levels[0].clear();
-        let scores = self.leveled.scores(&ssd, busy);
+        let scores = self.leveled.scores(&ssd, cx.busy);
         let best = scores.iter().copied().fold(0.0f64, f64::max);
-        let task = crate::design::Design::pick(&self.leveled, &ssd, busy)?;
+        let task = Design::pick(&self.leveled, &ssd, cx)?;
         Some((best, task))
     }
 
@@ -891,13 +874,13 @@ impl Container {
 
     /// Flushes a memtable into a row, or straight to L1 when it overlaps
     /// nothing in L0 and L1 (the sequential bypass).
-    pub fn flush(&self, env: &JobEnv, mem: &Arc<MemTable>) -> Result<VersionEdit> {
+    pub fn flush(&self, env: &JobEnv, mem: &Arc<MemTable>) -> Result<JobOutput> {
         let r = self.flush_inner(env, mem);
         self.release_reservation();
         r
     }
 
-    fn flush_inner(&self, env: &JobEnv, mem: &Arc<MemTable>) -> Result<VersionEdit> {
+    fn flush_inner(&self, env: &JobEnv, mem: &Arc<MemTable>) -> Result<JobOutput> {
         let v = &env.version;
         // What earlier flushes against this very version built (several
         // flushes meet one version only in WAL replay, where regions
@@ -927,7 +910,7 @@ impl Container {
         let mut it = mem.iter();
         it.seek_to_first();
         if !it.valid() {
-            return Ok(VersionEdit::default());
+            return Ok(JobOutput::default());
         }
         let lo = key::user_key(it.key()).to_vec();
         it.seek_to_last();
@@ -973,7 +956,7 @@ impl Container {
                 edit.new_tables.push((1, m));
             }
             recent.l1.push((lo, hi));
-            return Ok(edit);
+            return Ok(JobOutput::ssd(edit));
         }
 
         // A row, its forward pointers into the newest row before it.
@@ -1005,6 +988,10 @@ impl Container {
                 }
             }
         }
+        let written = Written {
+            pm_copied: built.written_bytes,
+            ..Written::default()
+        };
         let meta = built.into_meta(env.versions.new_file_number());
         let row = Arc::new(RowTable::open(
             Arc::clone(&self.region),
@@ -1027,7 +1014,7 @@ impl Container {
         recent.last_row = Some(row);
         recent.rows.push((lo, hi));
         edit.new_tables.push((0, meta));
-        Ok(edit)
+        Ok(JobOutput { edit, written })
     }
 
     // ---------------------------------------------------------------- sides
@@ -1057,7 +1044,7 @@ impl Container {
     /// Runs a side task: collects the victims with the collector threads,
     /// merges them with the input L1 tables into new L1 tables (never
     /// spanning an L1 table that is not an input), and returns the edit.
-    pub fn run_side(&self, env: &JobEnv, task: &Task) -> Result<VersionEdit> {
+    pub fn run_side(&self, env: &JobEnv, task: &Task) -> Result<JobOutput> {
         let plan = SidePlan::of(task)
             .ok_or_else(|| Error::InvalidArgument("side task without a plan".into()))?;
         let v = &env.version;
@@ -1109,6 +1096,7 @@ impl Container {
             .map(Arc::new)
             .collect();
         let mut edit = VersionEdit::default();
+        let mut written = Written::default();
         if !runs.is_empty() || !l1_inputs.is_empty() {
             // Fences: the L1 tables that are not inputs, inside the span of
             // the victims and the inputs; outputs never span one.
@@ -1185,6 +1173,7 @@ impl Container {
                 }
                 return Err(e);
             }
+            written = Written::ssd_tables(&outputs);
             for m in outputs {
                 edit.new_tables.push((1, m));
             }
@@ -1203,7 +1192,7 @@ impl Container {
         edit.deleted_tables.extend(rest.deleted_tables);
         edit.new_tables.extend(rest.new_tables);
         edit.design_records = rest.design_records;
-        Ok(edit)
+        Ok(JobOutput { edit, written })
     }
 
     /// Stats: the L0 bytes a side really reads, plus its L1 tables.
@@ -1755,11 +1744,113 @@ impl RowSizer {
     }
 }
 
+// ------------------------------------------------------------- designs
+
+/// What sets a design built on the container apart: how it drains L0
+/// (which side to merge next, and when L1+ compactions go first).
+pub trait Drain: Send + Sync + 'static {
+    /// The preset.
+    const PRESET: Preset;
+    /// The kind of its side tasks.
+    const SIDE: TaskKind;
+    /// The next task: a side of the container, or an L1+ compaction
+    /// ([`Container::pick_leveled`]). Pure.
+    fn pick(c: &Container, v: &Version, cx: &PickContext) -> Option<Task>;
+}
+
+/// A design whose L0 is the PM container: `triangle` and `matrix` are this
+/// with their own [`Drain`]. Flush, side job, write control, manual
+/// compaction and reads are the container's.
+pub struct ContainerDesign<D: Drain> {
+    c: Container,
+    _drain: std::marker::PhantomData<D>,
+}
+
+impl<D: Drain> ContainerDesign<D> {
+    /// The design on `pm`, sized by `opts`.
+    pub fn new(opts: &Options, pm: Arc<PmTier>) -> Result<Self> {
+        Ok(ContainerDesign {
+            c: Container::new(opts, pm)?,
+            _drain: std::marker::PhantomData,
+        })
+    }
+
+    /// The container (sizes, rows).
+    pub fn container(&self) -> &Container {
+        &self.c
+    }
+}
+
+impl<D: Drain> Design for ContainerDesign<D> {
+    fn preset(&self) -> Preset {
+        D::PRESET
+    }
+
+    fn flush(&self, env: &JobEnv, mem: &Arc<MemTable>) -> Result<JobOutput> {
+        self.c.flush(env, mem)
+    }
+
+    fn pick(&self, v: &Version, cx: &PickContext) -> Option<Task> {
+        D::pick(&self.c, v, cx)
+    }
+
+    fn pick_manual(
+        &self,
+        v: &Version,
+        cx: &PickContext,
+        level: usize,
+        lo: Option<&[u8]>,
+        hi: Option<&[u8]>,
+    ) -> Option<Task> {
+        if level == 0 {
+            side::pick_manual_side(&self.c, v, cx.busy, D::SIDE, lo, hi)
+        } else {
+            leveled::pick_manual_range(v, cx.busy, level, lo, hi)
+        }
+    }
+
+    fn prepare_flush(&self, mem: &Arc<MemTable>) -> Result<()> {
+        self.c.prepare_flush(mem)
+    }
+
+    fn run(&self, env: &JobEnv, task: &Task) -> Result<JobOutput> {
+        if task.kind == D::SIDE {
+            self.c.run_side(env, task)
+        } else {
+            leveled::run_merge(env, task, self.c.cfg.sst_size_bytes)
+        }
+    }
+
+    fn write_control(&self, _v: &Version, immutable_count: usize) -> WriteControl {
+        self.c.write_control(immutable_count)
+    }
+
+    fn write_control_epoch(&self) -> u64 {
+        self.c.write_control_epoch()
+    }
+
+    fn headroom(&self, _v: &Version, immutable_count: usize) -> Option<Headroom> {
+        Some(self.c.headroom(immutable_count))
+    }
+
+    fn install(&self, ctx: &Arc<TableContext>) {
+        self.c.install(ctx);
+    }
+
+    fn debt(&self, v: &Version) -> u64 {
+        Container::container_bytes(v) >> 20
+    }
+
+    fn task_input_bytes(&self, task: &Task) -> Vec<(usize, u64)> {
+        Container::task_input_bytes(task)
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::design::triangle::rowtable::tests::{build_mem, mem, setup};
+    use crate::design::container::rowtable::tests::{build_mem, mem, setup};
     use crate::key::Kind;
 
     #[test]
@@ -1815,19 +1906,6 @@ mod tests {
         ] {
             assert!(ContainerState::decode(bad).unwrap_err().is_corruption());
         }
-    }
-
-    #[test]
-    fn plan_roundtrip() {
-        let p = SidePlan {
-            lo: b"k".to_vec(),
-            hi: None,
-            through: 77,
-            next_cursor: Some(b"z".to_vec()),
-            compactor_seq: 5,
-            victim_bytes: 1 << 20,
-        };
-        assert_eq!(SidePlan::decode(&p.encode()), Some(p));
     }
 
     #[test]

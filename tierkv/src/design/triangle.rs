@@ -1,4 +1,39 @@
-//! The right-angle side picker (TriangleKV §3.2), pure over a [`Version`].
+//! `triangle`: TriangleKV (seed 000) — L0 in a PM triangle container.
+//!
+//! * **WAL on PM** (the default placement when a PM tier exists).
+//! * **Flush**: an immutable memtable becomes a RowTable, the new bottom
+//!   row of the triangle ([`rowtable`](super::container::rowtable)), with forward pointers into the
+//!   previous row; a memtable that overlaps nothing in L0 and L1 goes
+//!   straight to L1 as SSTs (**sequential bypass**).
+//! * **Right-angle side compaction** ([`pick_right_angle`]): once the container holds
+//!   its limit (`Options::pm_container_limit_bytes`; default 60% of the PM
+//!   left after two WALs and two rows — the paper's 60% of PM at its
+//!   scale, see `container::Config::new`), one key range of
+//!   every row — chosen along the L1 table boundaries, rotating through
+//!   the key space, between ½·AF·S_sst and AF·S_sst of L0 data — is
+//!   gathered by `k` collector threads (`Options::pm_collector_threads`,
+//!   default min(8, background threads)), merged with the overlapped L1
+//!   tables and written to L1 (the merge, too, runs on up to `k` threads,
+//!   each over one part of the side's key range — RocksDB's
+//!   subcompactions); the range is recorded consumed in every row
+//!   in the MANIFEST, and PM pages whose entries are all consumed are freed
+//!   once no version reads them ([`container`](super::container)). Flushes continue meanwhile.
+//! * **Write control**: writes wait only when PM is full (a `PmFull` stall).
+//! * **Flattened tree**: L1 is `l1_size_bytes` (the PM size in the
+//!   benchmark's configuration), ×`level_size_multiplier` below, compacted
+//!   like `classic`.
+//! * **Cross-row hint search** for gets and iterators ([`hint`](super::container::hint));
+//!   `Options::pm_hints = false` turns it off.
+//!
+//! Departures from the paper, each forced by this engine's scale or
+//! recorded so it can be measured: the side bounds are capped at 2/15 of
+//! the container limit (the paper's 640 MB of a 4.8 GB container) so that
+//! scaled-down PM tiers keep sides fine-grained; PM is freed per data
+//! extent (contiguous key ranges of a row, ~1/16 of a memtable), not per
+//! 4 KiB page; a row's metadata (keys and forward pointers) stays until
+//! the whole row is consumed.
+//!
+//! # The right-angle side picker (TriangleKV §3.2), pure over a [`Version`]
 //!
 //! 1. The L1 tables cut the key space into consecutive ranges: each
 //!    table's own range and the gaps between tables ([`L1Ranges`]).
@@ -26,16 +61,43 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use crate::design::{Task, TaskKind};
-use crate::version::{TableHandle, Version};
+use crate::design::container::side::{open_rows, side_task};
+use crate::design::container::{
+    Container, ContainerDesign, ContainerState, Drain, L1Ranges, RowSizer, SidePlan,
+};
+use crate::design::{PickContext, Task, TaskKind};
+use crate::error::Result;
+use crate::options::{Options, Preset};
+use crate::storage::pm::PmTier;
+use crate::version::Version;
 
-use super::container::{Container, ContainerState, L1Ranges, RowSizer, SidePlan};
-use super::rowtable::RowTable;
+/// One right-angle side of the PM container merged into L1.
+pub const RIGHT_ANGLE: TaskKind = TaskKind::new("right-angle");
 
-/// Readers of every row of `v` (newest first), or `None` if one fails to
-/// open (the failure surfaces on the read path).
-pub fn open_rows(c: &Container, v: &Version) -> Option<Vec<Arc<RowTable>>> {
-    v.levels[0].iter().map(|t| c.row(&t.meta).ok()).collect()
+/// TriangleKV's drain: right-angle sides, or an L1+ compaction whose score
+/// is at least 1 and above the container's.
+pub struct RightAngle;
+
+/// The TriangleKV design.
+pub type Triangle = ContainerDesign<RightAngle>;
+
+/// The TriangleKV design on `pm`, sized by `opts`.
+pub fn triangle(opts: &Options, pm: Arc<PmTier>) -> Result<Triangle> {
+    Triangle::new(opts, pm)
+}
+
+impl Drain for RightAngle {
+    const PRESET: Preset = Preset::Triangle;
+    const SIDE: TaskKind = RIGHT_ANGLE;
+
+    fn pick(c: &Container, v: &Version, cx: &PickContext) -> Option<Task> {
+        let l0 = c.l0_score(v);
+        match c.pick_leveled(v, cx) {
+            Some((score, task)) if score >= 1.0 && score > l0 => Some(task),
+            other => pick_right_angle(c, v, cx.busy)
+                .or_else(|| other.filter(|(s, _)| *s >= 1.0).map(|(_, t)| t)),
+        }
+    }
 }
 
 /// The next right-angle side of `v`, if the container needs one.
@@ -61,13 +123,7 @@ pub fn pick_right_angle(c: &Container, v: &Version, busy: &HashSet<u64>) -> Opti
         c.cfg.side_max_bytes,
         through,
     )?;
-    Some(side_task(
-        v,
-        TaskKind::RightAngle,
-        rows.clone(),
-        &sizer,
-        plan,
-    ))
+    Some(side_task(v, RIGHT_ANGLE, rows.clone(), &sizer, plan))
 }
 
 /// Chooses the key range of a side starting at `cursor` (steps 1, 2, 4).
@@ -146,52 +202,4 @@ pub fn plan_side(
 
 fn lo_of(l1: &L1Ranges<'_>, i: usize) -> Vec<u8> {
     l1.ranges[i].0.clone()
-}
-
-/// The task of a side: the rows it takes, the L1 tables of its range that
-/// hold L0 data, and L2 grandparents for cutting (step 3).
-pub fn side_task(
-    v: &Version,
-    kind: TaskKind,
-    rows: Vec<Arc<TableHandle>>,
-    sizer: &RowSizer,
-    plan: SidePlan,
-) -> Task {
-    let mut l1: Vec<Arc<TableHandle>> = Vec::new();
-    let lo = plan.lo.as_slice();
-    for t in v.overlapping(1, Some(lo), None) {
-        if plan
-            .hi
-            .as_deref()
-            .is_some_and(|h| t.smallest_user_key() >= h)
-        {
-            break;
-        }
-        let a = t.smallest_user_key().max(lo);
-        let end = super::container::successor(t.largest_user_key());
-        let b = match plan.hi.as_deref() {
-            Some(h) if h < end.as_slice() => h,
-            _ => end.as_slice(),
-        };
-        if sizer.bytes(a, Some(b)) > 0 {
-            l1.push(t);
-        }
-    }
-    let gp_lo = l1
-        .first()
-        .map_or(lo, |t| t.smallest_user_key().min(lo))
-        .to_vec();
-    let gp_hi: Option<Vec<u8>> = match (&plan.hi, l1.last()) {
-        (None, _) => None,
-        (Some(h), Some(t)) => Some(h.as_slice().max(t.largest_user_key()).to_vec()),
-        (Some(h), None) => Some(h.clone()),
-    };
-    let grandparents = v.overlapping(2, Some(&gp_lo), gp_hi.as_deref());
-    Task {
-        kind,
-        inputs: vec![(0, rows), (1, l1)],
-        output_level: 1,
-        grandparents,
-        cursor: Some((0, plan.encode())),
-    }
 }

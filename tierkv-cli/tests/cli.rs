@@ -1,0 +1,301 @@
+//! The `tierkv` tool run as a process (the built binary,
+//! `CARGO_BIN_EXE_tierkv`): every command on a `classic` database it
+//! creates and on a `triangle` database with a PM tier, text and JSON
+//! output, exit statuses, and `verify` naming the first damage.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+use tierkv::{Db, Options, Preset};
+
+fn tierkv(db: &Path, pm: Option<&Path>, args: &[&str]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tierkv"));
+    c.env_remove("TIERKV_DB").env_remove("TIERKV_PM_DIR");
+    c.arg("--db").arg(db);
+    if let Some(p) = pm {
+        c.arg("--pm-dir").arg(p);
+    }
+    c.args(args).output().expect("run tierkv")
+}
+
+fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "status {:?}\nstdout: {}\nstderr: {}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn failed(o: &Output) -> String {
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "stdout: {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn json(o: &Output) -> Value {
+    serde_json::from_slice(&ok(o).into_bytes()).expect("JSON output")
+}
+
+#[test]
+fn classic_database_round_trip_through_the_tool() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("db");
+    for (k, v) in [
+        ("apple", "red"),
+        ("banana", "yellow"),
+        ("cherry", "dark red"),
+        ("date", "brown"),
+    ] {
+        assert_eq!(ok(&tierkv(&db, None, &["put", k, v])), "OK\n");
+    }
+    assert_eq!(ok(&tierkv(&db, None, &["delete", "banana"])), "OK\n");
+    assert_eq!(ok(&tierkv(&db, None, &["get", "cherry"])), "dark red\n");
+    let e = failed(&tierkv(&db, None, &["get", "banana"]));
+    assert!(e.contains("not found: banana"), "{e}");
+    let g = tierkv(&db, None, &["--json", "get", "banana"]);
+    assert_eq!(g.status.code(), Some(1));
+    let g: Value = serde_json::from_slice(&g.stdout).unwrap();
+    assert_eq!(g["found"], false);
+
+    // scan: range, prefix, reverse, limit, keys only, hex, JSON.
+    assert_eq!(
+        ok(&tierkv(&db, None, &["scan"])),
+        "apple => red\ncherry => dark red\ndate => brown\n"
+    );
+    assert_eq!(
+        ok(&tierkv(&db, None, &["scan", "--from", "b", "--to", "d"])),
+        "cherry => dark red\n"
+    );
+    assert_eq!(
+        ok(&tierkv(
+            &db,
+            None,
+            &["scan", "--reverse", "--limit", "2", "--keys-only"]
+        )),
+        "date\ncherry\n"
+    );
+    assert_eq!(
+        ok(&tierkv(&db, None, &["scan", "--prefix", "da"])),
+        "date => brown\n"
+    );
+    assert_eq!(
+        ok(&tierkv(&db, None, &["--hex", "scan", "--prefix", "6170"])),
+        "6170706c65 => 726564\n"
+    );
+    ok(&tierkv(&db, None, &["--hex", "put", "00ff", "0102"]));
+    assert_eq!(
+        ok(&tierkv(&db, None, &["--hex", "get", "0x00ff"])),
+        "0102\n"
+    );
+    let s = json(&tierkv(&db, None, &["--json", "scan", "--limit", "1"]));
+    assert_eq!(s[0]["key"], "\\x00\\xff");
+    assert_eq!(s[0]["value"], "\\x01\\x02");
+
+    // stats, compact, manifest, wal, sst.
+    let st = ok(&tierkv(&db, None, &["stats"]));
+    assert!(
+        st.contains("design classic") && st.contains("** Levels **"),
+        "{st}"
+    );
+    let st = json(&tierkv(&db, None, &["--json", "stats"]));
+    assert_eq!(st["design"], "classic");
+    let c = ok(&tierkv(&db, None, &["compact"]));
+    assert!(c.contains("L6: 1 tables"), "{c}");
+    let m = ok(&tierkv(&db, None, &["manifest"]));
+    assert!(
+        m.contains("design classic (recorded in the MANIFEST)"),
+        "{m}"
+    );
+    assert!(
+        m.contains("identity: design classic") && m.contains("L6: 1 tables"),
+        "{m}"
+    );
+    let mj = json(&tierkv(&db, None, &["--json", "manifest"]));
+    let l6 = &mj["state"]["regions"][0]["levels"][6];
+    assert_eq!(l6.as_array().map(Vec::len), Some(1));
+    let id = l6[0]["id"].as_u64().unwrap();
+    ok(&tierkv(&db, None, &["put", "elderberry", "black"]));
+    let w = ok(&tierkv(&db, None, &["wal"]));
+    assert!(w.contains("put elderberry = black"), "{w}");
+    let sst = ok(&tierkv(&db, None, &["sst", &id.to_string()]));
+    assert!(
+        sst.contains("properties: 4 entries") && sst.contains("cherry@"),
+        "{sst}"
+    );
+    assert!(
+        sst.contains("=> dark red") && sst.contains("(none, "),
+        "{sst}"
+    );
+    let path = db.join(format!("{id:06}.sst"));
+    let sj = json(&tierkv(
+        &db,
+        None,
+        &["--json", "sst", path.to_str().unwrap(), "--limit", "2"],
+    ));
+    assert_eq!(sj["properties"]["entries"], 4);
+    assert_eq!(sj["entries"].as_array().map(Vec::len), Some(2));
+
+    // checkpoint, then the copy through the tool.
+    let copy = tmp.path().join("copy");
+    let c = ok(&tierkv(&db, None, &["checkpoint", copy.to_str().unwrap()]));
+    assert!(c.contains("SSTs linked, 0 copied"), "{c}");
+    assert_eq!(ok(&tierkv(&copy, None, &["get", "elderberry"])), "black\n");
+
+    // verify: clean, then a flipped byte in the SST.
+    let v = ok(&tierkv(&db, None, &["verify"]));
+    assert!(
+        v.contains("no damage") && v.contains(&format!("{id:06}.sst")),
+        "{v}"
+    );
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[10] ^= 0x40;
+    // The copy shares the inode: write a new file in its place.
+    std::fs::remove_file(&path).unwrap();
+    std::fs::write(&path, bytes).unwrap();
+    let o = tierkv(&db, None, &["verify"]);
+    let e = failed(&o);
+    assert!(
+        e.contains("damage found") && e.contains(&format!("{id:06}.sst")) && e.contains("offset 0"),
+        "{e}"
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).contains("DAMAGED"));
+    let vj = tierkv(&db, None, &["--json", "verify"]);
+    assert_eq!(vj.status.code(), Some(1));
+    let vj: Value = serde_json::from_slice(&vj.stdout).unwrap();
+    assert_eq!(vj["ok"], false);
+    // The copy kept the good table.
+    assert!(ok(&tierkv(&copy, None, &["verify"])).contains("no damage"));
+}
+
+/// A triangle database as the benchmark leaves it: rows in PM, WAL in PM.
+fn triangle_db(tmp: &Path) -> (PathBuf, PathBuf) {
+    let (db, pm) = (tmp.join("db"), tmp.join("pm"));
+    let d = Db::open(
+        &db,
+        Options {
+            pm_dir: Some(pm.clone()),
+            pm_size_bytes: 16 << 20,
+            memtable_size_bytes: 1 << 20,
+            sst_size_bytes: 1 << 20,
+            ..Options::for_design(Preset::Triangle)
+        },
+    )
+    .unwrap();
+    // Out of order, so that flushes go to the container (a memtable that
+    // overlaps nothing would bypass it to L1).
+    for i in 0..6000u32 {
+        let k = (i * 7919) % 6000;
+        d.put(format!("key{k:06}").as_bytes(), &[b'v'; 512])
+            .unwrap();
+    }
+    d.close().unwrap();
+    (db, pm)
+}
+
+#[test]
+fn triangle_database_pm_dump_and_verify() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (db, pm) = triangle_db(tmp.path());
+    // A PM database needs its PM directory, and says so.
+    let e = failed(&tierkv(&db, None, &["get", "key000001"]));
+    assert!(e.contains("--pm-dir") && e.contains("triangle"), "{e}");
+    assert_eq!(
+        ok(&tierkv(&db, Some(&pm), &["get", "key000001"])),
+        format!("{}\n", "v".repeat(512))
+    );
+    let p = ok(&tierkv(&db, Some(&pm), &["pm"]));
+    assert!(p.contains("page allocator") && p.contains("PM WAL"), "{p}");
+    assert!(
+        p.contains("PM container rows") && p.contains("row #"),
+        "{p}"
+    );
+    assert!(p.contains("first_key=key"), "{p}");
+    let pj = json(&tierkv(&db, Some(&pm), &["--json", "pm"]));
+    assert_eq!(pj["fields"]["design"], "triangle");
+    let rows = pj["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| {
+            c["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("PM container"))
+        })
+        .unwrap()["children"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert!(!rows.is_empty());
+    let v = ok(&tierkv(&db, Some(&pm), &["verify"]));
+    assert!(
+        v.contains("ok       row #") && v.contains("PM allocator superblock"),
+        "{v}"
+    );
+    // Without the PM directory, verify cannot check everything: it fails.
+    let e = failed(&tierkv(&db, None, &["verify"]));
+    assert!(e.contains("--pm-dir"), "{e}");
+    // A flipped byte in a row's metadata: verify names the region and the
+    // row's offset.
+    let meta = rows[0]["offset"].as_u64().unwrap();
+    let region = pm.join("pm.region");
+    let mut bytes = std::fs::read(&region).unwrap();
+    bytes[meta as usize + 200] ^= 0x01;
+    std::fs::write(&region, bytes).unwrap();
+    let e = failed(&tierkv(&db, Some(&pm), &["verify"]));
+    assert!(
+        e.contains("damage found")
+            && e.contains("pm.region")
+            && e.contains(&format!("offset {}", meta + 64)),
+        "{e}"
+    );
+    // A PM checkpoint through the tool, into its own PM directory.
+    let copy = tmp.path().join("copy");
+    let copy_pm = tmp.path().join("copy-pm");
+    let (db2, pm2) = triangle_db(&tmp.path().join("second"));
+    let c = ok(&tierkv(
+        &db2,
+        Some(&pm2),
+        &[
+            "checkpoint",
+            copy.to_str().unwrap(),
+            "--checkpoint-pm-dir",
+            copy_pm.to_str().unwrap(),
+        ],
+    ));
+    assert!(c.contains("PM bytes"), "{c}");
+    assert!(ok(&tierkv(&copy, Some(&copy_pm), &["verify"])).contains("no damage"));
+    assert_eq!(
+        ok(&tierkv(&copy, Some(&copy_pm), &["scan", "--prefix", "key00599", "--keys-only"])),
+        "key005990\nkey005991\nkey005992\nkey005993\nkey005994\nkey005995\nkey005996\nkey005997\nkey005998\nkey005999\n"
+    );
+}
+
+#[test]
+fn usage_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("none");
+    let e = failed(&tierkv(&db, None, &["get", "k"]));
+    assert!(e.contains("no CURRENT"), "{e}");
+    let o = Command::new(env!("CARGO_BIN_EXE_tierkv"))
+        .args(["--design", "nope", "get", "k"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("unknown design"));
+    let o = Command::new(env!("CARGO_BIN_EXE_tierkv"))
+        .env_remove("TIERKV_DB")
+        .args(["manifest"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--db"));
+    let e = failed(&tierkv(&db, None, &["--hex", "put", "xyz", "00"]));
+    assert!(e.contains("not hexadecimal"), "{e}");
+}

@@ -1,0 +1,603 @@
+//! The write controller: how the write path's leader turns the design's
+//! verdict ([`WriteControl`]) into delays and stops, and the meter of
+//! admitted writes that pickers see as load.
+//!
+//! * **Delay** (RocksDB's `WriteController::GetDelay`): writes pass through
+//!   a token bucket at the delayed write rate. The rate is recalculated
+//!   once per change of the verdict's inputs (RocksDB's
+//!   `RecalculateWriteStallConditions` / `SetupDelay`): while writes stay
+//!   delayed it falls ×0.6 near a stop, ×0.8 while the debt does not
+//!   shrink, and rises ×1.25 (up to the configured rate) as it is paid;
+//!   leaving the delay condition rewards ×1.4. The rate is kept between
+//!   episodes and never drops below 16 KiB/s.
+//! * **Stop**: the leader waits for background work (condition variable,
+//!   re-checked every 100 ms). One stop is recorded as one stall interval
+//!   however many waits it takes ([`StopEpisode`]).
+//! * **Pacing** ([`Pacer`], `Options::write_pacing`): before room runs
+//!   out, writers are slowed to the rate background work frees it, with
+//!   short per-write delays, so that a stop (a wait for a whole flush or
+//!   compaction, often hundreds of milliseconds) does not happen at all.
+//!
+//! # The pacing law
+//!
+//! The pacer watches two resources, each as *headroom* `H` in user bytes
+//! the write path may still admit before a stop: the memtables (budget
+//! minus what they hold, converted to user bytes with the mutable
+//! memtable's ratio), and the design's bounded resource
+//! ([`Design::headroom`](crate::design::Design::headroom): free PM for the
+//! PM containers, L0 files for `classic` and `vlsm`). Every
+//! [`SAMPLE_EVERY`] (on the next write after it) it reads each `H` and the
+//! user bytes admitted `A`, and estimates the resource's *drain rate*
+//!
+//! ```text
+//!   D ← D + α·((ΔA + ΔH)/Δt − D),   α = 1 − exp(−Δt / DRAIN_TAU)
+//! ```
+//!
+//! (writes consume `H` at the rate they are admitted, so `ΔA + ΔH` is what
+//! background work freed), then allows each resource
+//!
+//! ```text
+//!   R = max(D + (H − reserve) / HORIZON, MIN_RATE),
+//!   reserve = step + RESERVE · capacity
+//! ```
+//!
+//! and paces writes at the smallest `R` through a token bucket. Far from a
+//! stop `R` is far above any write rate and costs nothing; as `H` falls
+//! toward the reserve, `R` falls toward `D`, so writers settle at the drain
+//! rate with `H` near the reserve instead of running into the stop; below
+//! the reserve `R < D` and the headroom is rebuilt.
+//!
+//! The constants: [`DRAIN_TAU`] = 1 s averages over the bursts in which
+//! background work frees room (a flush frees a whole memtable at its end,
+//! a PM side a whole key range) while following changes of the drain rate
+//! within a second or two; [`HORIZON`] = 0.5 s spends the headroom above
+//! the reserve over half a second (a shorter horizon waits longer before
+//! slowing down and then brakes harder; a longer one slows writers while
+//! room is still plentiful); the reserve is the largest step one event
+//! takes at once (`Headroom::step_bytes`: a memtable switch reserving a
+//! whole row of PM, a flush adding an L0 file) plus [`RESERVE`] = 10% of
+//! the resource, which keeps the equilibrium away from the stop so that a
+//! drain slower than estimated costs a slower write rate, not a stop. The token bucket lets a writer
+//! run up to [`CREDIT`] ahead and sleeps only once it owes at least
+//! [`MIN_PAUSE`]: a pause is the write's own cost at the paced rate plus
+//! at most that much accumulated debt (tens of microseconds for a 4 KiB
+//! write at hundreds of MB/s), and the sleeps' overshoot is not lost. The designs' own
+//! triggers (RocksDB's L0 and pending-bytes triggers for `classic`, PM full
+//! for the containers, the memtable limit for all) stay as the backstop.
+//!
+//! Concurrency: [`WriteController`] and [`Pacer`] live in the engine's
+//! `state` mutex; [`RateMeter`] is lock-free.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::design::{Headroom, WriteControl};
+use crate::stats::{StallCause, StatsRecorder};
+
+use super::{Inner, State};
+
+/// The delayed-write token bucket and the verdict cache. Guarded by the
+/// engine's `state` mutex.
+pub(super) struct WriteController {
+    /// When the next delayed write may go.
+    pub(super) delay_next: Option<Instant>,
+    /// The delayed write rate. It persists across delay episodes, as
+    /// RocksDB's `WriteController::delayed_write_rate` does.
+    pub(super) rate_bytes_per_sec: f64,
+    /// Debt at the last recalculation.
+    last_debt: u64,
+    /// The last recalculation's verdict was `Delay` (RocksDB's
+    /// `NeedsDelay()`): only then is the rate adjusted (a stop that turns
+    /// into a delay keeps the rate, as in RocksDB with one column family).
+    delaying: bool,
+    /// Verdict for (version-set generation, imm count, design epoch).
+    cache: Option<((u64, usize, u64), WriteControl)>,
+}
+
+/// The slowest delayed write rate.
+const MIN_RATE_BYTES_PER_SEC: f64 = 16384.0;
+
+impl WriteController {
+    /// A controller starting at `rate_bytes_per_sec`.
+    pub(super) fn new(rate_bytes_per_sec: u64) -> WriteController {
+        WriteController {
+            delay_next: None,
+            rate_bytes_per_sec: rate_bytes_per_sec as f64,
+            last_debt: 0,
+            delaying: false,
+            cache: None,
+        }
+    }
+
+    /// Adjusts the delayed write rate for a new verdict (module doc).
+    /// `max` is the configured rate; `near_stop` is asked only while
+    /// writes stay delayed.
+    fn recalculate(
+        &mut self,
+        control: WriteControl,
+        debt: u64,
+        max: f64,
+        near_stop: impl FnOnce() -> bool,
+    ) {
+        let rate = self.rate_bytes_per_sec;
+        match control {
+            WriteControl::Delay(_) => {
+                if self.delaying && max > MIN_RATE_BYTES_PER_SEC {
+                    self.rate_bytes_per_sec = if near_stop() {
+                        (rate * 0.6).max(MIN_RATE_BYTES_PER_SEC)
+                    } else if self.last_debt > 0 && self.last_debt <= debt {
+                        (rate * 0.8).max(MIN_RATE_BYTES_PER_SEC)
+                    } else if self.last_debt > debt {
+                        (rate * 1.25).min(max)
+                    } else {
+                        rate
+                    };
+                }
+                self.delaying = true;
+            }
+            WriteControl::Stop(_) => {
+                self.delaying = false;
+                self.delay_next = None;
+            }
+            WriteControl::Proceed => {
+                if self.delaying {
+                    self.rate_bytes_per_sec = (rate * 1.4).min(max);
+                }
+                self.delaying = false;
+                self.delay_next = None;
+            }
+        }
+        self.last_debt = debt;
+    }
+
+    /// Reserves the token-bucket slot of a delayed write of `bytes`;
+    /// returns how long to sleep first.
+    pub(super) fn delay_for(&mut self, bytes: usize, now: Instant) -> Duration {
+        let next = self.delay_next.unwrap_or(now).max(now);
+        let wait = Duration::from_secs_f64(bytes as f64 / self.rate_bytes_per_sec);
+        self.delay_next = Some(next + wait);
+        next - now
+    }
+}
+
+/// How often the pacer samples the headroom (at most).
+pub(super) const SAMPLE_EVERY: Duration = Duration::from_millis(10);
+/// Time constant of the drain-rate average, seconds.
+pub(super) const DRAIN_TAU: f64 = 1.0;
+/// Headroom above the reserve is spent over this many seconds.
+pub(super) const HORIZON: f64 = 0.5;
+/// The reserve, as a fraction of the resource's capacity.
+pub(super) const RESERVE: f64 = 0.1;
+/// The pacer never asks for less than this (user bytes per second).
+pub(super) const MIN_RATE: f64 = 1048576.0;
+/// How far a writer may run ahead of the token bucket.
+pub(super) const CREDIT: Duration = Duration::from_millis(1);
+/// Writers sleep only once they owe at least this long.
+pub(super) const MIN_PAUSE: Duration = Duration::from_micros(200);
+
+/// One resource the pacer watches.
+#[derive(Debug, Default, Clone, Copy)]
+struct Gauge {
+    /// Headroom (user bytes), admitted user bytes and time at the last
+    /// sample.
+    last: Option<(f64, u64, Instant)>,
+    /// Estimated drain rate, user bytes per second.
+    drain: f64,
+}
+
+impl Gauge {
+    /// Takes a reading; returns the rate this resource allows.
+    fn read(&mut self, h: Headroom, admitted: u64, now: Instant) -> f64 {
+        let free = h.free_bytes as f64;
+        if let Some((last_free, last_admitted, t)) = self.last {
+            let dt = now.saturating_duration_since(t).as_secs_f64();
+            if dt > 0.0 {
+                let freed = admitted.saturating_sub(last_admitted) as f64 + (free - last_free);
+                let alpha = 1.0 - (-dt / DRAIN_TAU).exp();
+                self.drain += alpha * ((freed / dt).max(0.0) - self.drain);
+            }
+        }
+        self.last = Some((free, admitted, now));
+        let reserve = h.step_bytes as f64 + RESERVE * h.capacity_bytes as f64;
+        (self.drain + (free - reserve) / HORIZON).max(MIN_RATE)
+    }
+}
+
+/// The pacing controller (module doc). Guarded by the `state` mutex.
+#[derive(Debug)]
+pub(super) struct Pacer {
+    /// The memtables and the design's resource.
+    gauges: [Gauge; 2],
+    /// The paced rate, user bytes per second (infinite: nothing to pace).
+    rate_bytes_per_sec: f64,
+    /// When the token bucket lets the next write go.
+    next: Option<Instant>,
+    last_sample: Option<Instant>,
+}
+
+impl Pacer {
+    pub(super) fn new() -> Pacer {
+        Pacer {
+            gauges: [Gauge::default(); 2],
+            rate_bytes_per_sec: f64::INFINITY,
+            next: None,
+            last_sample: None,
+        }
+    }
+
+    /// True if a sample is due.
+    pub(super) fn due(&self, now: Instant) -> bool {
+        self.last_sample
+            .is_none_or(|t| now.saturating_duration_since(t) >= SAMPLE_EVERY)
+    }
+
+    /// Takes a reading of the memtables' and the design's headroom (`None`:
+    /// no such resource) with `admitted` user bytes so far.
+    pub(super) fn sample(&mut self, now: Instant, admitted: u64, readings: [Option<Headroom>; 2]) {
+        self.last_sample = Some(now);
+        let mut rate = f64::INFINITY;
+        for (g, r) in self.gauges.iter_mut().zip(readings) {
+            match r {
+                Some(h) => rate = rate.min(g.read(h, admitted, now)),
+                None => *g = Gauge::default(),
+            }
+        }
+        self.rate_bytes_per_sec = rate;
+    }
+
+    /// The paced rate now, user bytes per second.
+    #[cfg(test)]
+    fn rate(&self) -> f64 {
+        self.rate_bytes_per_sec
+    }
+
+    /// Charges a write of `bytes` to the token bucket; returns how long
+    /// the writer must pause first (zero unless it owes [`MIN_PAUSE`]).
+    pub(super) fn pause_for(&mut self, bytes: usize, now: Instant) -> Duration {
+        if !self.rate_bytes_per_sec.is_finite() {
+            self.next = None;
+            return Duration::ZERO;
+        }
+        let earliest = now.checked_sub(CREDIT).unwrap_or(now);
+        let start = self.next.map_or(now, |n| n.max(earliest));
+        let end = start + Duration::from_secs_f64(bytes as f64 / self.rate_bytes_per_sec);
+        self.next = Some(end);
+        let owed = end.saturating_duration_since(now);
+        if owed >= MIN_PAUSE {
+            owed
+        } else {
+            Duration::ZERO
+        }
+    }
+}
+
+/// A writer's stop: its waits for one cause, recorded as one stall interval
+/// when the cause changes or the writer goes on (also on an error return),
+/// however many condition-variable waits it took.
+pub(super) struct StopEpisode<'a> {
+    pub(super) stats: &'a StatsRecorder,
+    pub(super) current: Option<(Instant, StallCause)>,
+}
+
+impl StopEpisode<'_> {
+    /// The writer is about to wait for `cause`.
+    pub(super) fn waiting(&mut self, cause: StallCause) {
+        if self.current.is_some_and(|(_, c)| c == cause) {
+            return;
+        }
+        self.end();
+        self.current = Some((Instant::now(), cause));
+    }
+
+    /// The wait is over.
+    pub(super) fn end(&mut self) {
+        if let Some((start, cause)) = self.current.take() {
+            self.stats.record_stall(start, cause);
+        }
+    }
+}
+
+impl Drop for StopEpisode<'_> {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
+/// Counts bytes per 100 ms slot over the last minute: the admitted write
+/// rate over the last second and its one-second peak (the pickers' load
+/// figures, `PickContext`). Lock-free: writers add with one atomic, readers
+/// sum slots; a slot is reused after a minute (its stale count is cleared
+/// by the first writer of the new period).
+pub(super) struct RateMeter {
+    start: Instant,
+    /// Per slot: the slot number it counts for, and the bytes.
+    slots: Vec<(AtomicU64, AtomicU64)>,
+}
+
+/// Slot length.
+const SLOT: Duration = Duration::from_millis(100);
+/// Slots kept: one minute.
+const SLOTS: usize = 600;
+
+impl RateMeter {
+    pub(super) fn new() -> RateMeter {
+        RateMeter {
+            start: Instant::now(),
+            slots: (0..SLOTS)
+                .map(|_| (AtomicU64::new(u64::MAX), AtomicU64::new(0)))
+                .collect(),
+        }
+    }
+
+    fn slot_now(&self) -> u64 {
+        (self.start.elapsed().as_nanos() / SLOT.as_nanos()) as u64
+    }
+
+    /// Counts `bytes` admitted now.
+    pub(super) fn add(&self, bytes: u64) {
+        self.add_at(self.slot_now(), bytes);
+    }
+
+    fn add_at(&self, n: u64, bytes: u64) {
+        let (tag, count) = &self.slots[(n % SLOTS as u64) as usize];
+        if tag.load(Ordering::Acquire) != n {
+            // First write of this slot's new period: restart its count.
+            if tag.swap(n, Ordering::AcqRel) != n {
+                count.store(0, Ordering::Release);
+            }
+        }
+        count.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    fn bytes_in(&self, slot: u64) -> u64 {
+        let (tag, count) = &self.slots[(slot % SLOTS as u64) as usize];
+        if tag.load(Ordering::Acquire) == slot {
+            count.load(Ordering::Relaxed)
+        } else {
+            0
+        }
+    }
+
+    /// Bytes per second over the last full second, and the highest
+    /// one-second rate over the last minute.
+    pub(super) fn rates(&self) -> (f64, f64) {
+        self.rates_at(self.slot_now())
+    }
+
+    fn rates_at(&self, now: u64) -> (f64, f64) {
+        let per_sec = (Duration::from_secs(1).as_nanos() / SLOT.as_nanos()) as u64;
+        let window = |end: u64| -> f64 {
+            (end.saturating_sub(per_sec)..end)
+                .map(|s| self.bytes_in(s))
+                .sum::<u64>() as f64
+        };
+        let recent = window(now);
+        let mut peak = recent;
+        let oldest = now.saturating_sub(SLOTS as u64 - per_sec);
+        let mut end = now;
+        while end > oldest + per_sec {
+            end -= per_sec;
+            peak = peak.max(window(end));
+        }
+        (recent, peak)
+    }
+}
+
+impl Inner {
+    /// The strictest region's verdict and the total debt. REQUIRES: `state`
+    /// locked.
+    fn regions_verdict(&self, st: &State) -> (WriteControl, u64) {
+        let rank = |c: &WriteControl| match c {
+            WriteControl::Proceed => 0,
+            WriteControl::Delay(_) => 1,
+            WriteControl::Stop(_) => 2,
+        };
+        let mut verdict = WriteControl::Proceed;
+        let mut debt = 0u64;
+        for (v, r) in self.versions.current_all().iter().zip(&st.mem.regions) {
+            let c = self.design.write_control(v, r.imms.len());
+            if rank(&c) > rank(&verdict) {
+                verdict = c;
+            }
+            debt = debt.saturating_add(self.design.debt(v));
+        }
+        (verdict, debt)
+    }
+
+    /// Samples the pacer when due: the memtables' headroom and the
+    /// design's (the tightest region's). REQUIRES: `state` locked.
+    pub(super) fn sample_pacer(&self, st: &mut State, now: Instant) {
+        if !st.pacer.due(now) {
+            return;
+        }
+        let mem = st.mem.headroom(&self.opts);
+        let design = self
+            .versions
+            .current_all()
+            .iter()
+            .zip(&st.mem.regions)
+            .filter_map(|(v, r)| self.design.headroom(v, r.imms.len()))
+            .min_by_key(|h| h.free_bytes);
+        let admitted = self.stats.user_bytes.load(Ordering::Relaxed);
+        st.pacer.sample(now, admitted, [Some(mem), design]);
+    }
+
+    /// The design's verdict for the current versions and memtable backlog,
+    /// computed once per change of either (or of the design's epoch), not
+    /// once per write; the delayed write rate follows each new verdict.
+    /// REQUIRES: `state` locked.
+    pub(super) fn write_control(&self, st: &mut State) -> WriteControl {
+        let key = (
+            self.versions.generation(),
+            st.mem.imm_count(),
+            self.design.write_control_epoch(),
+        );
+        if let Some((k, c)) = st.control.cache {
+            if k == key {
+                return c;
+            }
+        }
+        let (c, debt) = self.regions_verdict(st);
+        let max = self.opts.delayed_write_rate_bytes_per_sec as f64;
+        st.control.recalculate(c, debt, max, || {
+            self.versions
+                .current_all()
+                .iter()
+                .any(|v| self.design.near_stop(v))
+        });
+        st.control.cache = Some((key, c));
+        c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stop_is_one_interval_however_many_waits_it_takes() {
+        let stats = StatsRecorder::new();
+        {
+            let mut stop = StopEpisode {
+                stats: &stats,
+                current: None,
+            };
+            stop.end(); // nothing to record yet
+            for _ in 0..3 {
+                stop.waiting(StallCause::PmFull);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            stop.waiting(StallCause::MemtableFull);
+            stop.waiting(StallCause::MemtableFull);
+        } // the writer goes on
+        let stalls = stats.snapshot(Vec::new()).stalls;
+        let causes: Vec<StallCause> = stalls.iter().map(|s| s.cause).collect();
+        assert_eq!(causes, [StallCause::PmFull, StallCause::MemtableFull]);
+        assert!(stalls[0].duration >= Duration::from_millis(6));
+    }
+
+    #[test]
+    fn the_delayed_rate_follows_the_debt() {
+        let delay = WriteControl::Delay(StallCause::L0Slowdown);
+        let mut c = WriteController::new(1 << 20);
+        c.recalculate(delay, 10, (1 << 20) as f64, || false);
+        assert_eq!(
+            c.rate_bytes_per_sec,
+            (1 << 20) as f64,
+            "first delay keeps the rate"
+        );
+        c.recalculate(delay, 12, (1 << 20) as f64, || false);
+        assert_eq!(c.rate_bytes_per_sec, (1 << 20) as f64 * 0.8, "debt grew");
+        c.recalculate(delay, 12, (1 << 20) as f64, || true);
+        assert_eq!(
+            c.rate_bytes_per_sec,
+            (1 << 20) as f64 * 0.8 * 0.6,
+            "near a stop"
+        );
+        c.recalculate(delay, 5, (1 << 20) as f64, || false);
+        assert_eq!(
+            c.rate_bytes_per_sec,
+            (1 << 20) as f64 * 0.8 * 0.6 * 1.25,
+            "paid"
+        );
+        c.recalculate(WriteControl::Proceed, 0, (1 << 20) as f64, || false);
+        assert_eq!(
+            c.rate_bytes_per_sec,
+            (1 << 20) as f64 * 0.8 * 0.6 * 1.25 * 1.4
+        );
+        let t = Instant::now();
+        assert_eq!(c.delay_for(0, t), Duration::ZERO);
+        assert!(c.delay_for(1 << 20, t) == Duration::ZERO && c.delay_for(1, t) > Duration::ZERO);
+    }
+
+    #[test]
+    fn the_pacer_settles_at_the_drain_rate_above_the_reserve() {
+        // A resource of 100 MB freed at 50 MB/s by background work, filled
+        // by a writer that wants 200 MB/s but goes at the paced rate.
+        let mut p = Pacer::new();
+        let cap: f64 = 100e6;
+        let mut free: f64 = cap;
+        let mut admitted = 0u64;
+        let t0 = Instant::now();
+        let dt = 0.01;
+        let mut rates = Vec::new();
+        for i in 0..1000 {
+            let now = t0 + Duration::from_secs_f64(i as f64 * dt);
+            let h = Headroom {
+                free_bytes: free.max(0.0) as u64,
+                capacity_bytes: cap as u64,
+                step_bytes: 0,
+            };
+            p.sample(now, admitted, [None, Some(h)]);
+            let w = p.rate().min(200e6) * dt;
+            admitted += w as u64;
+            free = (free - w + 50e6 * dt).min(cap);
+            rates.push(p.rate());
+            assert!(free > 0.0, "the pacer let the resource run out at step {i}");
+        }
+        // After ten seconds: writes at the drain rate, headroom near the
+        // reserve.
+        let last = rates[rates.len() - 1];
+        assert!((last - 50e6).abs() < 5e6, "rate {last}");
+        assert!((free - RESERVE * cap).abs() < 0.05 * cap, "free {free}");
+        // Far from the stop the pacer does not slow anyone.
+        let mut q = Pacer::new();
+        q.sample(
+            t0,
+            0,
+            [
+                Some(Headroom {
+                    free_bytes: 1 << 40,
+                    capacity_bytes: 1 << 40,
+                    step_bytes: 0,
+                }),
+                None,
+            ],
+        );
+        assert_eq!(q.pause_for(4096, t0), Duration::ZERO);
+    }
+
+    #[test]
+    fn paced_writes_pause_in_short_steps_and_keep_their_credit() {
+        let mut p = Pacer::new();
+        let t0 = Instant::now();
+        let h = Headroom {
+            free_bytes: 0,
+            capacity_bytes: 10 << 20,
+            step_bytes: 1 << 20,
+        };
+        p.sample(t0, 0, [Some(h), None]);
+        assert_eq!(p.rate(), MIN_RATE);
+        // 1 MiB/s: a 100-byte write owes ~95 µs, under MIN_PAUSE; the
+        // debt accumulates until it is worth a sleep, never above a few.
+        let mut paused = Duration::ZERO;
+        let mut n = 0;
+        for _ in 0..100 {
+            let d = p.pause_for(100, t0);
+            if !d.is_zero() {
+                assert!(d >= MIN_PAUSE && d < Duration::from_millis(11));
+                n += 1;
+            }
+            paused = paused.max(d);
+        }
+        assert!(n > 0 && paused > Duration::ZERO);
+        assert_eq!(p.pause_for(0, t0 + Duration::from_secs(60)), Duration::ZERO);
+    }
+
+    #[test]
+    fn the_rate_meter_sees_the_last_second_and_its_peak() {
+        let m = RateMeter::new();
+        assert_eq!(m.rates_at(0), (0.0, 0.0));
+        // 1500 bytes in slot 5, 300 in slot 40 (seconds 0 and 4).
+        m.add_at(5, 1000);
+        m.add_at(5, 500);
+        m.add_at(40, 300);
+        assert_eq!(m.rates_at(6), (1500.0, 1500.0));
+        assert_eq!(m.rates_at(41), (300.0, 1500.0));
+        // A minute later slot 5's count is stale (slot 40's is not), then
+        // its place is reused.
+        assert_eq!(m.rates_at(6 + SLOTS as u64), (0.0, 300.0));
+        m.add_at(5 + SLOTS as u64, 7);
+        assert_eq!(m.rates_at(6 + SLOTS as u64).0, 7.0);
+    }
+}

@@ -1,0 +1,88 @@
+//! Named properties (`Db::property`) and the stats snapshot (`Db::stats`).
+
+use crate::stats::{LevelShape, Stats};
+
+use super::Inner;
+
+impl Inner {
+    /// See `Db::property`.
+    pub(super) fn property(&self, name: &str) -> Option<String> {
+        let vs = self.versions.current_all();
+        let several = vs.len() > 1;
+        let level_count = self.opts.level_count;
+        let level_tables = |l: usize| vs.iter().map(|v| v.levels[l].len()).sum::<usize>();
+        match name {
+            "tierkv.stats" => Some(self.stats_snapshot().to_table()),
+            "tierkv.levels" => Some(
+                (0..level_count)
+                    .map(|i| {
+                        let bytes: u64 = vs.iter().map(|v| v.level_bytes(i)).sum();
+                        format!("L{i}: {} tables, {bytes} bytes\n", level_tables(i))
+                    })
+                    .collect(),
+            ),
+            "tierkv.tables" => Some(
+                vs.iter()
+                    .enumerate()
+                    .flat_map(|(r, v)| {
+                        v.levels
+                            .iter()
+                            .enumerate()
+                            .flat_map(move |(i, l)| l.iter().map(move |t| (r, i, t)))
+                    })
+                    .map(|(r, i, t)| {
+                        format!(
+                            "{}L{i} #{} {} {} {:?} {:?}\n",
+                            if several {
+                                format!("R{r} ")
+                            } else {
+                                String::new()
+                            },
+                            t.meta.id,
+                            t.meta.tier.name(),
+                            t.meta.size_bytes,
+                            String::from_utf8_lossy(t.smallest_user_key()),
+                            String::from_utf8_lossy(t.largest_user_key())
+                        )
+                    })
+                    .collect(),
+            ),
+            "tierkv.regions" => Some(
+                vs.iter()
+                    .enumerate()
+                    .map(|(r, v)| {
+                        let shape: Vec<String> =
+                            v.levels.iter().map(|l| l.len().to_string()).collect();
+                        format!("R{r}: {}\n", shape.join(" "))
+                    })
+                    .collect(),
+            ),
+            "tierkv.last-sequence" => Some(
+                self.last_seq
+                    .load(std::sync::atomic::Ordering::Acquire)
+                    .to_string(),
+            ),
+            "tierkv.design" => Some(self.opts.design.name().to_string()),
+            _ => {
+                let n = name.strip_prefix("tierkv.num-files-at-level")?;
+                let level: usize = n.parse().ok()?;
+                (level < level_count).then(|| level_tables(level).to_string())
+            }
+        }
+    }
+
+    /// The stats with every region's level shape now.
+    pub(super) fn stats_snapshot(&self) -> Stats {
+        let shapes: Vec<Vec<LevelShape>> = self
+            .versions
+            .current_all()
+            .iter()
+            .map(|v| v.shape())
+            .collect();
+        let mut s = self.stats.snapshot_regions(shapes);
+        if let Some(pm) = &self.pm {
+            s.written.pm_metadata = pm.allocator().bytes_written();
+        }
+        s
+    }
+}

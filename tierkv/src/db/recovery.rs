@@ -1,0 +1,603 @@
+//! Open: everything between `Db::open` and the first write.
+//!
+//! 1. Lock the directory; refuse a foreign directory or a missing database
+//!    (`create_if_missing`), or an existing one (`error_if_exists`).
+//! 2. Map the PM tier (if any) and build the design, which registers how
+//!    its PM tables are read (`Design::install`).
+//! 3. Read the MANIFEST (`VersionSet::recover`), or create one.
+//! 4. The design's recovery hook (`Design::recover`): its edits are
+//!    applied before anything else changes.
+//! 5. Reconcile the PM allocator with what the database references: every
+//!    table's runs, every live PM WAL's extents, and the runs the design
+//!    declares (`Design::live_pm_runs`); every other page goes back before
+//!    anything allocates.
+//! 6. Replay the engine's WALs the MANIFEST does not cover into tables
+//!    (a design-owned log is the design's to adopt in step 4).
+//! 7. Start a new log; one MANIFEST record adds the replayed tables and
+//!    retires the replayed logs, so a crash during replay replays the same
+//!    logs again instead of duplicating them.
+//! 8. Release the tables durable edits removed; reconcile again (step 7
+//!    freed PM WALs).
+//! 9. Last, so that an open that fails deletes nothing: remove the files
+//!    the database no longer needs (`obsolete.rs`), or keep them in `lost/`
+//!    when the manifest or a WAL was damaged ([`Salvage`]).
+//!
+//! Damage: a MANIFEST or WAL record that is complete but fails its
+//! checksum is `Error::Corruption` naming the file and offset (only an
+//! incomplete final record is a torn tail, `wal::reader`); after a clean
+//! close (CLOSED, `version::closed`) every log must also have exactly the
+//! length recorded then, and the PM WAL's seal turns any damage before it
+//! into corruption.
+
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::path::Path;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::{Condvar, Mutex, RwLock};
+
+use crate::batch::WriteBatch;
+use crate::design::{self, Design, DesignFactory, JobEnv};
+use crate::error::{Error, Result};
+use crate::key::SeqNo;
+use crate::memtable::MemTable;
+use crate::options::{Options, WalPlacement, WalRecovery};
+use crate::sst::{BlockCache, TableCounters};
+use crate::stats::{StatsRecorder, Tier};
+use crate::storage::alloc::PageRun;
+use crate::storage::pm::PmTier;
+use crate::storage::FileSystem;
+use crate::version::closed::Closed;
+use crate::version::edit::VersionEdit;
+use crate::version::set::{wal_name, Recovered, VersionSet};
+use crate::version::TableContext;
+use crate::wal::{self, PmWals};
+
+use super::control::{Pacer, RateMeter, WriteController};
+use super::obsolete::Salvage;
+use super::region::{Regions, Router};
+use super::write::new_log;
+use super::{Inner, RegionView, State, SuperVersion};
+
+/// Opens (or creates) the database in `dir`: steps 1–9 of the module doc.
+pub(super) fn open(
+    dir: &Path,
+    options: Options,
+    factory: Option<&DesignFactory>,
+) -> Result<Arc<Inner>> {
+    options.validate()?;
+    let dir = dir.to_path_buf();
+    let fs = Arc::clone(&options.fs);
+    fs.create_dir_all(&dir)?;
+    let lock = fs.lock(&dir.join("LOCK"))?;
+    let exists = fs.exists(&dir.join("CURRENT"));
+    if exists && options.error_if_exists {
+        return Err(Error::InvalidOptions(format!(
+            "`error_if_exists` is set and {} already holds a database",
+            dir.display()
+        )));
+    }
+    if !exists {
+        check_not_foreign(fs.as_ref(), &dir)?;
+        if !options.create_if_missing {
+            return Err(Error::NotADatabase(format!(
+                "{} holds no database and `create_if_missing` is false",
+                dir.display()
+            )));
+        }
+    }
+
+    let stats = Arc::new(StatsRecorder::new());
+    let counters = TableCounters::from_recorder(Arc::clone(&stats));
+    let cache = (options.block_cache_bytes > 0)
+        .then(|| Arc::new(BlockCache::new(options.block_cache_bytes)));
+    let ctx = Arc::new(TableContext::new(
+        Arc::clone(&fs),
+        dir.clone(),
+        cache,
+        counters,
+        options.verify_checksums,
+    ));
+    let pm = if options.has_pm() {
+        Some(Arc::new(open_pm_tier(&options, exists)?))
+    } else {
+        None
+    };
+    if let Some(pm) = &pm {
+        let _ = stats
+            .pm_persistence
+            .set(pm.region().persistence().describe());
+    }
+    let design = match factory {
+        Some(f) => f(&options, pm.clone())?,
+        None => design::build(&options, pm.clone())?,
+    };
+    let pm_wals = match (&pm, options.wal_placement(), design.log()) {
+        (Some(pm), WalPlacement::Pm, None) => Some(PmWals::new(Arc::clone(pm))),
+        _ => None,
+    };
+    let router = Router::new(&options);
+    design.install(&ctx);
+    let (versions, recovered) = if exists {
+        VersionSet::recover(
+            Arc::clone(&fs),
+            &dir,
+            Arc::clone(&ctx),
+            Arc::clone(&stats),
+            options.level_count,
+            router.layout(),
+        )?
+    } else {
+        let vs = VersionSet::create_with_identity(
+            Arc::clone(&fs),
+            &dir,
+            Arc::clone(&ctx),
+            Arc::clone(&stats),
+            options.level_count,
+            router.layout(),
+            crate::version::edit::DbIdentity::for_design(options.design),
+        )?;
+        (vs, Recovered::default())
+    };
+    // PM runs that manifest replay saw released were freed before the
+    // crash (or leaked, and `reconcile` below reclaims them); freeing
+    // them again could free pages a later table reuses.
+    versions
+        .ctx()
+        .obsolete
+        .lock()
+        .retain(|m| m.tier != Tier::Pm);
+
+    // The design's recovery step, before anything else changes.
+    let edits = {
+        let env = JobEnv {
+            opts: &options,
+            fs: &fs,
+            dir: &dir,
+            versions: &versions,
+            stats: &stats,
+            smallest_snapshot: recovered.last_seqno,
+            version: versions.current(),
+        };
+        design.recover(&env)?
+    };
+    for e in edits {
+        versions.log_and_apply(e, recovered.last_seqno)?;
+    }
+    // Tables the hook adopted may hold seqnos past the MANIFEST's last.
+    let adopted_seq = versions
+        .current_all()
+        .iter()
+        .flat_map(|v| v.levels.iter().flatten().map(|t| t.meta.seq_max))
+        .max()
+        .unwrap_or(0);
+    let recovered = Recovered {
+        last_seqno: recovered.last_seqno.max(adopted_seq),
+        ..recovered
+    };
+
+    // Pages a crash left allocated but unrecorded go back before replay
+    // allocates (the PM tier may be nearly full).
+    if let Some(pm) = &pm {
+        reconcile(pm, &versions, pm_wals.as_ref(), design.as_ref())?;
+    }
+    // Replay the WALs the manifest does not cover.
+    let replay = Replay::run(
+        &options,
+        &fs,
+        &dir,
+        &versions,
+        &stats,
+        &design,
+        &router,
+        pm_wals.as_ref(),
+        &recovered,
+    )?;
+
+    // A fresh log for new writes; the edits (one per region, one
+    // manifest record) make the replayed ones obsolete.
+    let log_number = versions.new_file_number();
+    let log = new_log(
+        &options,
+        &fs,
+        &dir,
+        design.as_ref(),
+        pm_wals.as_ref(),
+        &stats,
+        log_number,
+    )?;
+    let mut edits = replay.edits;
+    edits[0].new_pm_wals.extend(log.pm_wal);
+    for e in &mut edits {
+        e.log_number = Some(log_number);
+    }
+    edits[0].deleted_pm_wals = versions
+        .pm_wals()
+        .iter()
+        .map(|w| w.log_number)
+        .filter(|&n| n < log_number)
+        .collect();
+    versions.log_and_apply_group(edits, replay.last_seq)?;
+
+    let mut mem = Regions::new(router.count(), log_number);
+    if log.ssd_file {
+        mem.ssd_wals.push_back(log_number);
+    }
+    let sv = SuperVersion {
+        regions: mem
+            .regions
+            .iter()
+            .zip(versions.current_all())
+            .map(|(r, version)| RegionView {
+                mem: Arc::clone(&r.mem),
+                imms: Vec::new(),
+                version,
+            })
+            .collect(),
+    };
+    let inner = Arc::new(Inner {
+        dir,
+        fs,
+        design,
+        stats,
+        pm,
+        pm_wals,
+        state: Mutex::new(State {
+            mem,
+            busy: HashSet::new(),
+            flushing: false,
+            compactions_running: 0,
+            manual_running: false,
+            bg_error: None,
+            shutting_down: false,
+            control: WriteController::new(options.delayed_write_rate_bytes_per_sec),
+            pacer: Pacer::new(),
+        }),
+        bg_cv: Condvar::new(),
+        done_cv: Condvar::new(),
+        writers: Mutex::new(VecDeque::new()),
+        writers_cv: Condvar::new(),
+        log: Mutex::new(log.writer),
+        closed_logs: Mutex::new(Vec::new()),
+        admitted: RateMeter::new(),
+        super_version: RwLock::new(Arc::new(sv)),
+        last_seq: AtomicU64::new(replay.last_seq),
+        snapshots: Arc::new(Mutex::new(BTreeMap::new())),
+        opts: options,
+        router,
+        versions,
+        _lock: lock,
+    });
+    inner.release_obsolete();
+    if let Some(pm) = &inner.pm {
+        reconcile(
+            pm,
+            &inner.versions,
+            inner.pm_wals.as_ref(),
+            inner.design.as_ref(),
+        )?;
+    }
+    // Last: nothing is deleted by an open that fails.
+    inner.remove_obsolete_files(&Salvage {
+        manifest_torn: recovered.manifest_torn_at.is_some(),
+        damaged_wals: replay.damaged_wals,
+    })?;
+    Ok(inner)
+}
+
+/// Rebuilds the PM allocator from what the database references (step 5):
+/// every table's runs, every live PM WAL's extents, the design's own runs.
+fn reconcile(
+    pm: &PmTier,
+    versions: &VersionSet,
+    pm_wals: Option<&PmWals>,
+    design: &dyn Design,
+) -> Result<()> {
+    let current = versions.current_all();
+    let mut live: Vec<PageRun> = current
+        .iter()
+        .flat_map(|v| v.levels.iter().flatten())
+        .flat_map(|t| t.meta.pm_pages.iter().copied())
+        .collect();
+    // The logs in PM: the engine's WAL extents, or a design's own logs
+    // (which the design declares below).
+    let listed = versions.pm_wals();
+    match (pm_wals, listed.first()) {
+        (Some(wals), _) => {
+            for w in &listed {
+                live.extend(wals.runs(w.first_extent)?);
+            }
+        }
+        (None, Some(w)) if design.log().is_none() => {
+            return Err(Error::InvalidOptions(format!(
+                "the manifest has WAL {} in the PM tier, but this configuration keeps no WAL there",
+                w.log_number
+            )))
+        }
+        (None, _) => {}
+    }
+    live.extend(design.live_pm_runs(&current, &listed)?);
+    pm.reconcile(&live)
+}
+
+/// The PM tier the options ask for: the injected region, or the region
+/// file in `pm_dir`. The region of an existing database (`db_exists`) is
+/// never formatted while it holds data (`PmTier::open`).
+pub(crate) fn open_pm_tier(opts: &Options, db_exists: bool) -> Result<PmTier> {
+    match (&opts.pm_region, &opts.pm_dir) {
+        (Some(r), _) => PmTier::open(Arc::clone(r), db_exists),
+        (None, Some(dir)) => PmTier::open_dir(dir, opts.pm_size_bytes, opts.pm_backend, db_exists),
+        (None, None) => Err(Error::InvalidOptions(
+            "a PM tier needs `pm_dir` (or an injected `pm_region`)".into(),
+        )),
+    }
+}
+
+/// Refuses a directory that has files but no CURRENT.
+fn check_not_foreign(fs: &dyn FileSystem, dir: &Path) -> Result<()> {
+    let names = fs.list(dir)?;
+    let foreign: Vec<&String> = names.iter().filter(|n| n.as_str() != "LOCK").collect();
+    if let Some(first) = foreign.first() {
+        return Err(Error::NotADatabase(format!(
+            "{} is not empty (e.g. `{first}`) and has no CURRENT file: not a tierkv database",
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Result of WAL replay at open.
+struct Replay {
+    /// One edit per region (region order) adding the replayed tables.
+    edits: Vec<VersionEdit>,
+    last_seq: SeqNo,
+    /// SSD WALs that ended damaged (a torn tail, or damage a point-in-time
+    /// recovery stopped at): kept in `lost/` once obsolete.
+    damaged_wals: Vec<u64>,
+}
+
+impl Replay {
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        opts: &Options,
+        fs: &Arc<dyn FileSystem>,
+        dir: &Path,
+        versions: &VersionSet,
+        stats: &StatsRecorder,
+        design: &Arc<dyn Design>,
+        router: &Router,
+        pm_wals: Option<&PmWals>,
+        rec: &Recovered,
+    ) -> Result<Replay> {
+        // Every WAL not yet covered by tables, in order: SSD files and PM
+        // logs. (Files below the newest may be missing: the engine deletes
+        // a WAL once no region has unflushed records in it.)
+        let mut logs: Vec<(u64, Option<u64>)> = Vec::new();
+        for name in fs.list(dir)? {
+            if let Some(n) = name
+                .strip_suffix(".log")
+                .and_then(|n| n.parse::<u64>().ok())
+            {
+                if n >= rec.log_number {
+                    logs.push((n, None));
+                }
+            }
+        }
+        // A design's own logs are the design's to adopt (its recovery
+        // hook); only their numbers are taken.
+        for w in &rec.pm_wals {
+            if w.log_number >= rec.log_number {
+                match pm_wals {
+                    Some(_) => logs.push((w.log_number, Some(w.first_extent))),
+                    None if design.log().is_some() => versions.mark_file_number_used(w.log_number),
+                    None => logs.push((w.log_number, Some(w.first_extent))),
+                }
+            }
+        }
+        logs.sort_unstable();
+        // After a clean close every WAL it recorded must be there (checked
+        // for its length and damage as it is replayed).
+        for &(n, _) in rec.closed_wals.iter().flatten() {
+            if !logs.iter().any(|&(l, pm)| l == n && pm.is_none()) {
+                return Err(Error::corruption(
+                    dir.join(wal_name(n)).display().to_string(),
+                    0,
+                    "missing, but the database was closed cleanly with it (CLOSED)",
+                ));
+            }
+        }
+        // A WAL created after the last manifest record has a number the
+        // manifest's next file number does not cover yet: the new WAL and
+        // the replay's tables must not take it (a new WAL of the same
+        // number would truncate a log whose records are not in tables yet).
+        for &(n, _) in &logs {
+            versions.mark_file_number_used(n);
+        }
+        let regions = router.count();
+        let mut last_seq = rec.last_seqno;
+        let mut edits: Vec<VersionEdit> = (0..regions)
+            .map(|r| VersionEdit {
+                region: r as u32,
+                ..Default::default()
+            })
+            .collect();
+        let mut mems: Vec<Arc<MemTable>> =
+            (0..regions).map(|_| Arc::new(MemTable::new(0))).collect();
+        // Replayed memtables become tables that the caller's edits add in
+        // one record together with the new log numbers, so a crash during
+        // replay replays the same WALs again instead of duplicating them.
+        let flush = |region: usize,
+                     mem: &Arc<MemTable>,
+                     edit: &mut VersionEdit,
+                     last_seq: SeqNo|
+         -> Result<()> {
+            let env = JobEnv {
+                opts,
+                fs,
+                dir,
+                versions,
+                stats,
+                smallest_snapshot: last_seq,
+                version: versions.current_in(region),
+            };
+            let start = Instant::now();
+            let out = design.flush(&env, mem)?;
+            let w = out.written;
+            stats.record_flush(start, w.pm_copied, w.pm_relinked, w.ssd);
+            edit.new_tables.extend(out.edit.new_tables);
+            Ok(())
+        };
+        let count = logs.len();
+        let mut damaged_wals = Vec::new();
+        for (i, &(n, pm_first)) in logs.iter().enumerate() {
+            let mut apply = |record: Vec<u8>, source: &str, offset: u64| -> Result<()> {
+                let batch = WriteBatch::decode(record, source, offset)?;
+                let end = batch.seqno() + u64::from(batch.count()).saturating_sub(1);
+                if regions == 1 {
+                    mems[0].apply(&batch)?;
+                } else {
+                    // A region skips its records below its log number: they
+                    // are in its tables already.
+                    for (seq, r) in (batch.seqno()..).zip(batch.iter()) {
+                        let (kind, k, v) = r?;
+                        let region = router.route(k);
+                        if n >= rec.region_log_numbers.get(region).copied().unwrap_or(0) {
+                            mems[region].add(seq, kind, k, v);
+                        }
+                    }
+                }
+                last_seq = last_seq.max(end);
+                // The memtable budget as at run time: flush the largest
+                // region when the total is full.
+                let total: usize = mems.iter().map(|m| m.size_bytes()).sum();
+                if total >= opts.memtable_size_bytes {
+                    let (region, _) = mems
+                        .iter()
+                        .enumerate()
+                        .max_by_key(|(i, m)| (m.size_bytes(), std::cmp::Reverse(*i)))
+                        .unwrap_or((0, &mems[0]));
+                    flush(region, &mems[region], &mut edits[region], last_seq)?;
+                    mems[region] = Arc::new(MemTable::new(0));
+                }
+                Ok(())
+            };
+            let (torn, dropped) = match pm_first {
+                Some(first) => {
+                    let wals = pm_wals.ok_or_else(|| {
+                        Error::InvalidOptions(format!(
+                            "the manifest has WAL {n} in the PM tier but no PM tier is configured (`pm_dir`)"
+                        ))
+                    })?;
+                    replay_log(wals.open_log(first, n)?, &mut apply)?
+                }
+                None => {
+                    let path = dir.join(wal_name(n));
+                    let bytes = fs.read_all(&path)?;
+                    let len = bytes.len() as u64;
+                    let log = wal::FileLog::new(path.display().to_string(), bytes);
+                    let point_in_time = opts.wal_recovery == WalRecovery::PointInTime;
+                    let r = replay_log(
+                        wal::Reader::new(log, n).point_in_time(point_in_time),
+                        &mut apply,
+                    )?;
+                    if let Some(&(_, sealed)) =
+                        rec.closed_wals.iter().flatten().find(|(w, _)| *w == n)
+                    {
+                        Closed::check_log(sealed, &path.display().to_string(), len, r.0)?;
+                    }
+                    r
+                }
+            };
+            if let (Some(off), Some(_), Some(wals)) = (torn, pm_first, pm_wals) {
+                // Every record of a PM WAL is persisted before the next is
+                // written, and a newer log is written only after the last
+                // one: only the newest PM WAL can have a record in flight.
+                if let Some(later) = first_log_with_records(fs, dir, pm_wals, &logs[i + 1..])? {
+                    return Err(Error::corruption(
+                        wals.region().name(),
+                        off,
+                        format!("PM WAL {n} ends in a damaged record but WAL {later} holds later records (only the newest log can be torn by a crash)"),
+                    ));
+                }
+            }
+            if let (Some(_), None) = (torn, pm_first) {
+                damaged_wals.push(n);
+            }
+            if let Some(off) = torn {
+                if dropped {
+                    log::warn!(
+                        "WAL {n}: ends at damage at offset {off}; later records dropped (point-in-time recovery)"
+                    );
+                } else {
+                    log::warn!("WAL {n}: torn tail at offset {off} dropped (never acknowledged)");
+                }
+                // A log that ended damaged was never synced past the damage,
+                // so no later log holds a synced write (a sync write syncs
+                // every earlier log first); replaying one would leave a hole
+                // in the recovered writes.
+                if i + 1 < count {
+                    log::warn!(
+                        "WAL {n} ended damaged: the {} later WAL(s) are not replayed",
+                        count - i - 1
+                    );
+                    break;
+                }
+            }
+        }
+        for (region, mem) in mems.iter().enumerate() {
+            if !mem.is_empty() {
+                flush(region, mem, &mut edits[region], last_seq)?;
+            }
+        }
+        Ok(Replay {
+            edits,
+            last_seq,
+            damaged_wals,
+        })
+    }
+}
+
+/// The number of the first of `logs` (SSD files and PM WALs, as replay
+/// lists them) that holds a record.
+fn first_log_with_records(
+    fs: &Arc<dyn FileSystem>,
+    dir: &Path,
+    pm_wals: Option<&PmWals>,
+    logs: &[(u64, Option<u64>)],
+) -> Result<Option<u64>> {
+    for &(n, pm_first) in logs {
+        let has = match (pm_first, pm_wals) {
+            (Some(first), Some(wals)) => {
+                wals.open_log(first, n)?.point_in_time(true).next_record()?
+            }
+            (Some(_), None) => None,
+            (None, _) => {
+                let path = dir.join(wal_name(n));
+                let log = wal::FileLog::new(path.display().to_string(), fs.read_all(&path)?);
+                wal::Reader::new(log, n).point_in_time(true).next_record()?
+            }
+        };
+        if has.is_some() {
+            return Ok(Some(n));
+        }
+    }
+    Ok(None)
+}
+
+/// Receives each replayed WAL record with its source name and offset.
+type RecordSink<'a> = dyn FnMut(Vec<u8>, &str, u64) -> Result<()> + 'a;
+
+/// Feeds every record of a log to `apply`; returns the offset where a
+/// damaged tail was dropped, and whether valid records followed it
+/// (point-in-time mode only).
+fn replay_log<S: wal::LogSource>(
+    mut reader: wal::Reader<S>,
+    apply: &mut RecordSink<'_>,
+) -> Result<(Option<u64>, bool)> {
+    let name = reader.source_name().to_string();
+    while let Some(record) = reader.next_record()? {
+        apply(record, &name, reader.last_record_offset())?;
+    }
+    Ok((reader.torn_tail(), reader.dropped_records()))
+}
