@@ -92,7 +92,8 @@ pub enum SourceKind {
 }
 
 impl SourceKind {
-    fn name(self) -> &'static str {
+    /// What it is, in words ("table", "WAL", "PM WAL", "PM row").
+    pub fn name(self) -> &'static str {
         match self {
             SourceKind::Sst => "table",
             SourceKind::Wal => "WAL",
