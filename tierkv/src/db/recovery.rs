@@ -396,8 +396,9 @@ impl Replay {
             }
         }
         logs.sort_unstable();
-        // After a clean close every WAL it recorded must be there (checked
-        // for its length and damage as it is replayed).
+        // After a clean close every WAL it recorded must be there, whole
+        // (`VersionSet::recover` checked them before writing anything;
+        // checked again here as they are replayed).
         for &(n, _) in rec.closed_wals.iter().flatten() {
             if !logs.iter().any(|&(l, pm)| l == n && pm.is_none()) {
                 return Err(Error::corruption(

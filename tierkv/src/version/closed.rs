@@ -18,15 +18,19 @@
 //! Written at the end of `Db::close` (or the drop of a `Db`), after every
 //! log and the manifest were synced and only if nothing failed: write
 //! `CLOSED.tmp`, sync it, rename it to `CLOSED`, sync the directory. An
-//! open reads it if it names the manifest CURRENT names; an open that
-//! succeeds starts a new manifest, which makes it stale, and removes it.
-//! A CLOSED that does not verify is ignored (logged): it only ever adds
-//! checks.
+//! open reads it if it names the manifest CURRENT names, and checks the
+//! manifest and every recorded WAL ([`Closed::check_wals`]) before it
+//! writes anything: the open then starts a new manifest, which makes
+//! CLOSED stale, so an open that failed after that point would leave the
+//! next one without the checks. An open that succeeds removes the stale
+//! CLOSED. A CLOSED that does not verify is ignored (logged): it only ever
+//! adds checks.
 
 use std::path::Path;
 
 use crate::error::{Error, Result};
 use crate::storage::{FileSystem, WriteHint};
+use crate::wal::{FileLog, Reader};
 
 use super::edit::manifest_file_name;
 use super::set::wal_name;
@@ -117,6 +121,32 @@ impl Closed {
         drop(f);
         fs.rename(&tmp, &dir.join(CLOSED_FILE_NAME))?;
         fs.sync_dir(dir)
+    }
+
+    /// Checks every WAL this close recorded as the next open needs it:
+    /// present, exactly the recorded length, and read to its end without
+    /// damage or a torn tail (the file rule, whatever `WalRecovery` says).
+    /// Anything else is `Error::Corruption` naming the WAL and the offset.
+    pub fn check_wals(&self, fs: &dyn FileSystem, dir: &Path) -> Result<()> {
+        for &(n, recorded) in &self.wals {
+            let path = dir.join(wal_name(n));
+            let source = path.display().to_string();
+            if !fs.exists(&path) {
+                return Err(Error::corruption(
+                    source,
+                    0,
+                    format!(
+                        "missing, but the database was closed cleanly with it ({CLOSED_FILE_NAME})"
+                    ),
+                ));
+            }
+            let bytes = fs.read_all(&path)?;
+            let len = bytes.len() as u64;
+            let mut reader = Reader::new(FileLog::new(source.clone(), bytes), n);
+            while reader.next_record()?.is_some() {}
+            Closed::check_log(recorded, &source, len, reader.torn_tail())?;
+        }
+        Ok(())
     }
 
     /// Checks a log read back against its recorded length: `len` bytes on

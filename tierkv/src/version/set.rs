@@ -317,8 +317,12 @@ impl VersionSet {
         }
         if let Some(closed) = Closed::read(fs.as_ref(), dir, manifest_number) {
             // A clean close sealed the manifest's length: a record cut short
-            // since (or a file cut at a record boundary) is damage.
+            // since (or a file cut at a record boundary) is damage. So is a
+            // recorded WAL that changed; checked now, before the new
+            // manifest below makes CLOSED stale (an open that failed later
+            // must leave these checks to the next one).
             Closed::check_log(closed.manifest.1, &source, manifest_len, reader.torn_tail())?;
+            closed.check_wals(fs.as_ref(), dir)?;
             rec.closed_wals = Some(closed.wals);
         }
         if let Some(off) = reader.torn_tail() {
