@@ -300,31 +300,63 @@ fn usage_errors() {
     assert!(e.contains("not hexadecimal"), "{e}");
 }
 
-/// The file of `dir` whose name starts with `prefix`.
-fn file_starting(dir: &Path, prefix: &str) -> PathBuf {
+/// A file of `dir` whose name passes `pick`.
+fn file_where(dir: &Path, pick: impl Fn(&str) -> bool) -> PathBuf {
     std::fs::read_dir(dir)
         .unwrap()
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with(prefix))
-        })
-        .unwrap_or_else(|| panic!("no {prefix}* in {}", dir.display()))
+        .find(|p| p.file_name().is_some_and(|n| pick(&n.to_string_lossy())))
+        .unwrap_or_else(|| panic!("no such file in {}", dir.display()))
+}
+
+/// The file of `dir` whose name starts with `prefix`.
+fn file_starting(dir: &Path, prefix: &str) -> PathBuf {
+    file_where(dir, |n| n.starts_with(prefix))
+}
+
+/// A classic database closed cleanly: 500 keys in a table, one in the WAL.
+fn classic_db_with_a_wal(tmp: &Path) -> PathBuf {
+    let db = tmp.join("db");
+    let d = Db::open(&db, Options::default()).unwrap();
+    for i in 0..500u32 {
+        d.put(format!("k{i:04}").as_bytes(), b"v").unwrap();
+    }
+    d.flush().unwrap();
+    d.put(b"in-the-wal", b"w").unwrap();
+    d.close().unwrap();
+    db
+}
+
+#[test]
+fn verify_checks_what_a_clean_close_recorded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = classic_db_with_a_wal(tmp.path());
+    // CLOSED records the WAL's length: a WAL cut short by one byte (at a
+    // record boundary or not) is damage, as the next open finds too.
+    let v = ok(&tierkv(&db, None, &["verify"]));
+    assert!(v.contains("CLOSED (a clean close)"), "{v}");
+    let wal = file_where(&db, |n| n.ends_with(".log"));
+    let whole = std::fs::read(&wal).unwrap();
+    std::fs::write(&wal, &whole[..whole.len() - 1]).unwrap();
+    let e = failed(&tierkv(&db, None, &["verify"]));
+    assert!(e.contains("damage found") && e.contains(".log"), "{e}");
+    let e = failed(&tierkv(&db, None, &["get", "in-the-wal"]));
+    assert!(e.contains(".log") && e.contains("CLOSED"), "{e}");
+    // Whole again: both agree (the failed open changed nothing, CLOSED
+    // included).
+    std::fs::write(&wal, &whole).unwrap();
+    let v = ok(&tierkv(&db, None, &["verify"]));
+    assert!(
+        v.contains("no damage") && v.contains("CLOSED (a clean close)"),
+        "{v}"
+    );
+    assert_eq!(ok(&tierkv(&db, None, &["get", "in-the-wal"])), "w\n");
 }
 
 #[test]
 fn repair_rebuilds_a_classic_database_whose_manifest_is_damaged() {
     let tmp = tempfile::tempdir().unwrap();
-    let db = tmp.path().join("db");
-    {
-        let d = Db::open(&db, Options::default()).unwrap();
-        for i in 0..500u32 {
-            d.put(format!("k{i:04}").as_bytes(), b"v").unwrap();
-        }
-        d.flush().unwrap();
-        d.put(b"in-the-wal", b"w").unwrap();
-        d.close().unwrap();
-    }
+    let db = classic_db_with_a_wal(tmp.path());
     // A flipped byte in the middle of the MANIFEST: corruption naming it.
     let manifest = file_starting(&db, "MANIFEST-");
     let mut bytes = std::fs::read(&manifest).unwrap();

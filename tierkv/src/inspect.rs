@@ -332,6 +332,23 @@ pub fn read_manifest(fs: &dyn FileSystem, dir: &Path) -> Result<ManifestDump> {
     })
 }
 
+/// What `CLOSED` (a clean close, docs/format/manifest.md §6) requires of
+/// the database in `dir` whose manifest `dump` is, checked as the next open
+/// checks it: `None` if there is no CLOSED naming that manifest; else
+/// whether the manifest and every WAL it lists have exactly the recorded
+/// length and end cleanly (`Error::Corruption` naming the file and offset).
+pub fn check_closed(fs: &dyn FileSystem, dir: &Path, dump: &ManifestDump) -> Option<Result<()>> {
+    use crate::version::closed::Closed;
+    let closed = Closed::read(fs, dir, dump.number)?;
+    let check = || -> Result<()> {
+        let len = fs.file_size(&dump.path)?;
+        let source = dump.path.display().to_string();
+        Closed::check_log(closed.manifest.1, &source, len, dump.torn_tail)?;
+        closed.check_wals(fs, dir)
+    };
+    Some(check())
+}
+
 // ------------------------------------------------------------------- design
 
 /// The design of a database and how it was found.
