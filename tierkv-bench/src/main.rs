@@ -81,7 +81,7 @@ fn repair(a: &RepairArgs) -> Result<()> {
 
 #[derive(Args, Debug)]
 struct CompareArgs {
-    /// Comma-separated configurations: tierkv:<preset>, rocksdb-ssd, rocksdb-l0-pm, fake.
+    /// Comma-separated configurations: tierkv:<preset>, rocksdb-ssd, rocksdb-l0-pm, rocksdb-pm, fake.
     #[arg(long, value_delimiter = ',', required = true)]
     configs: Vec<String>,
     #[command(flatten)]
@@ -90,8 +90,10 @@ struct CompareArgs {
 
 #[derive(Args, Debug)]
 struct ReportArgs {
-    /// The JSON file written by `--json`.
-    json: PathBuf,
+    /// The JSON files written by `--json` (several runs are drawn
+    /// together, e.g. one per value size for a sweep).
+    #[arg(required = true, num_args = 1..)]
+    json: Vec<PathBuf>,
     /// Output directory (default: `<json stem>-report` beside the JSON).
     #[arg(long)]
     out: Option<PathBuf>,

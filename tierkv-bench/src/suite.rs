@@ -112,6 +112,19 @@ impl Plan {
         }
     }
 
+    /// Key numbers of the run lie below this: the largest `num` of its
+    /// benchmarks, or 2^63 if YCSB's hashed keys are among them.
+    pub fn key_count(&self) -> u64 {
+        let mut n = 0;
+        for b in &self.benchmarks {
+            if b.starts_with("ycsb-") {
+                return 1 << 63;
+            }
+            n = n.max(self.params_for(b).num);
+        }
+        n
+    }
+
     /// Bytes the SSD and PM directories may need at most, per configuration.
     pub fn space_needed(&self, config: &Config) -> (u64, u64) {
         let mut live = 0u64;
@@ -129,6 +142,8 @@ impl Plan {
         let ssd = live * 22 / 10 + 4 * mem + (64 << 20);
         let pm = if !config.uses_pm() {
             0
+        } else if matches!(config.kind, engines::EngineKind::RocksdbPm) {
+            ssd
         } else if matches!(config.kind, engines::EngineKind::RocksdbL0Pm) {
             (self.setup.l0_triggers.2 as u64 + 6) * self.setup.sst_size_bytes.max(mem)
         } else {
@@ -208,6 +223,8 @@ pub fn run_config(plan: &Plan, config: &Config, rates: Option<&[f64]>) -> Result
     let setup = EngineSetup {
         ssd_dir: ssd_dir.clone(),
         pm_dir: pm_dir.clone(),
+        key_count: plan.key_count(),
+        key_size: plan.key_size,
         ..plan.setup.clone()
     };
     let result = (|| {
@@ -475,12 +492,12 @@ mod tests {
     fn rocksdb_tiny_run() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let plan = tiny_plan(
-            &["rocksdb-ssd", "rocksdb-l0-pm"],
+            &["rocksdb-ssd", "rocksdb-l0-pm", "rocksdb-pm"],
             &["fillrandom", "readrandom"],
             dir.path(),
         );
         let recs = execute(&plan).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(recs.len(), 4);
+        assert_eq!(recs.len(), 6);
         for r in &recs {
             assert_eq!(r.engine, "rocksdb");
             assert_eq!(r.ops, 16 * 1024);
@@ -498,6 +515,33 @@ mod tests {
         assert!(pm.bytes.ssd_written > 0 && pm.bytes.ssd_written < ssd.bytes.ssd_written);
         // Reads find what was written.
         assert!(recs[1].ops_per_sec > 0.0 && recs[1].bytes.user == 0);
+        // All on PM: no SSD writes or reads.
+        let all = &recs[4];
+        assert!(all.bytes.pm_written >= all.bytes.user && all.bytes.ssd_written == 0);
+        assert!(
+            all.levels.iter().all(|l| l.tier == "pm"),
+            "{:?}",
+            all.levels
+        );
+    }
+
+    #[test]
+    fn tierkv_rangetab_end_to_end() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let mut plan = tiny_plan(
+            &["tierkv:rangetab/rt=6/cap=512k"],
+            &["fillrandom", "readrandom"],
+            dir.path(),
+        );
+        plan.num = Some(4096);
+        let recs = execute(&plan).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(recs.len(), 2);
+        assert!(
+            recs[0].bytes.pm_written > recs[0].bytes.wal,
+            "{:?}",
+            recs[0].bytes
+        );
+        assert_eq!(recs[1].ops, 4096);
     }
 
     #[test]

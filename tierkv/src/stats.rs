@@ -188,6 +188,8 @@ pub struct Stats {
     pub paced_writes: u64,
     /// Time those pauses took in all.
     pub paced_time: Duration,
+    /// Figures the design reports (`Design::stats`), by name, in its order.
+    pub design: Vec<(String, String)>,
 }
 
 impl Stats {
@@ -359,6 +361,12 @@ impl Stats {
             "block cache: {} hits, {} misses",
             self.block_cache_hits, self.block_cache_misses
         );
+        if !self.design.is_empty() {
+            let _ = writeln!(s, "\n** Design **");
+            for (k, v) in &self.design {
+                let _ = writeln!(s, "{k}: {v}");
+            }
+        }
         s
     }
 }
@@ -529,6 +537,7 @@ impl StatsRecorder {
             pm_persistence: self.pm_persistence.get().cloned(),
             paced_writes: self.paused.0.load(Ordering::Relaxed),
             paced_time: Duration::from_nanos(self.paused.1.load(Ordering::Relaxed)),
+            design: Vec::new(),
         }
     }
 }

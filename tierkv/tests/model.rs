@@ -49,6 +49,13 @@ struct Setup {
     ssts_per_memtable: usize,
     /// `Options::vlsm_l0_batch_ssts`.
     l0_batch: usize,
+    /// Design-specific options on top of the harness's (e.g. TLSM's
+    /// policy and variant).
+    tweak: fn(&mut Options),
+    /// `rangetab`: explicit boundaries splitting the key space evenly
+    /// (false: the fallback, quantiles of the first flush, and binary
+    /// search instead of the hash index).
+    rangetab_bounds: bool,
 }
 
 impl Setup {
@@ -65,6 +72,8 @@ impl Setup {
             range_routing: false,
             ssts_per_memtable: 1,
             l0_batch: 1,
+            tweak: |_| {},
+            rangetab_bounds: true,
         }
     }
 }
@@ -230,6 +239,18 @@ impl Harness {
             // small enough that these few MB cycle through it many times.
             o.l1_size_bytes = 1 << 20;
             o.pm_container_limit_bytes = 24 << 10;
+        }
+        (self.setup.tweak)(&mut o);
+        if self.setup.design == Preset::RangeTab {
+            // Eight RangeTabs of two 96 KiB buffers: a 64 KiB memtable
+            // gives each about 8 KiB, so buffers seal and merge often.
+            o.rangetab_count = 8;
+            o.rangetab_capacity_bytes = 96 << 10;
+            if self.setup.rangetab_bounds {
+                o.rangetab_boundaries = (1..8).map(|i| key(self.setup.keys * i / 8)).collect();
+            } else {
+                o.rangetab_hash_index = false;
+            }
         }
         o
     }
@@ -597,6 +618,44 @@ model_test!(classic_regions_pm_wal, Preset::Classic, pm_wal: true, seeds: &[47, 
 model_test!(vlsm_regions_hash, Preset::Vlsm, pm_wal: false, seeds: &[51, 52, 53], keys: 4000, regions: 4);
 model_test!(vlsm_regions_range, Preset::Vlsm, pm_wal: false, seeds: &[54, 55, 56], keys: 4000, regions: 4, range_routing: true);
 model_test!(triangle_pm_wal, Preset::Triangle, pm_wal: true, seeds: &[21, 22, 23, 24]);
+model_test!(rangetab_pm_wal, Preset::RangeTab, pm_wal: true, seeds: &[61, 62, 63, 64]);
+model_test!(rangetab_quantiles, Preset::RangeTab, pm_wal: true, seeds: &[65, 66], rangetab_bounds: false);
+model_test!(rangetab_background_only, Preset::RangeTab, pm_wal: true, seeds: &[67, 68], compact_range: false);
 model_test!(matrix_pm_wal, Preset::Matrix, pm_wal: true, seeds: &[31, 32, 33, 34]);
 model_test!(triangle_regions_range, Preset::Triangle, pm_wal: true, seeds: &[25, 26], regions: 4, range_routing: true);
 model_test!(matrix_regions_hash, Preset::Matrix, pm_wal: true, seeds: &[35, 36], regions: 4);
+// TLSM: skip lists in PM, each policy and ablation variant. The model's
+// data (a few MB) fits the PM tier, so `lru` gets a small capacity to make
+// evictions happen, `leveled` a low threshold to make conversions happen,
+// and `none` a copy-forward threshold to make copy-forwards happen.
+fn tlsm_small_lists(o: &mut Options) {
+    o.l1_size_bytes = 256 << 10;
+}
+model_test!(tlsm_full_lru, Preset::Tlsm, pm_wal: true, seeds: &[61, 62, 63], tweak: |o| {
+    tlsm_small_lists(o);
+    o.tlsm.lru_capacity_bytes = 2 << 20;
+});
+model_test!(tlsm_full_leveled_ssd_wal, Preset::Tlsm, pm_wal: false, seeds: &[64, 65], tweak: |o| {
+    tlsm_small_lists(o);
+    o.tlsm.policy = tierkv::options::TlsmPolicy::Leveled;
+    o.tlsm.level_threshold = 1;
+});
+model_test!(tlsm_full_none, Preset::Tlsm, pm_wal: true, seeds: &[66, 67], tweak: |o| {
+    tlsm_small_lists(o);
+    o.tlsm.policy = tierkv::options::TlsmPolicy::None;
+    o.tlsm.copy_forward_live_ratio = 0.5;
+    o.tlsm.persist_every = 8;
+});
+model_test!(tlsm_ps_bac, Preset::Tlsm, pm_wal: true, seeds: &[68, 69], tweak: |o| {
+    tlsm_small_lists(o);
+    o.tlsm.variant = tierkv::options::TlsmVariant::PsBac;
+    o.tlsm.lru_capacity_bytes = 3 << 20;
+});
+model_test!(tlsm_ps, Preset::Tlsm, pm_wal: false, seeds: &[70, 71], tweak: |o| {
+    tlsm_small_lists(o);
+    o.tlsm.variant = tierkv::options::TlsmVariant::Ps;
+});
+model_test!(tlsm_faithful_regions, Preset::Tlsm, pm_wal: true, seeds: &[72], regions: 3, tweak: |o| {
+    tlsm_small_lists(o);
+    o.tlsm.persist_order = tierkv::options::TlsmPersistOrder::Faithful;
+});

@@ -290,3 +290,31 @@ fn repair_of_a_directory_without_a_database_is_refused() {
         Db::repair(dir(), options(Preset::Classic, &fs, None, 1)).expect_err("nothing to repair");
     assert!(matches!(e, tierkv::Error::NotADatabase(_)), "{e}");
 }
+
+/// A design whose PM structures repair cannot read is refused before
+/// anything changes: rebuilding without them would drop their data.
+#[test]
+fn repair_refuses_designs_whose_pm_structures_it_cannot_read() {
+    for design in [Preset::Tlsm, Preset::RangeTab] {
+        let fs = MemFs::new();
+        let sim = Arc::new(SimRegion::new(PM_BYTES));
+        let db = Db::open(dir(), options(design, &fs, Some(&sim), 1)).expect("open");
+        let model = build(&db, 3_000, false, 7);
+        db.close().expect("close");
+        let before = fs.list(&dir()).expect("list");
+        let e = Db::repair(dir(), options(design, &fs, Some(&sim), 1))
+            .expect_err("repair must be refused");
+        assert!(
+            matches!(&e, tierkv::Error::InvalidOptions(m) if m.contains(design.name())),
+            "{e}"
+        );
+        assert_eq!(
+            fs.list(&dir()).expect("list"),
+            before,
+            "repair changed files"
+        );
+        let db = Db::open(dir(), options(design, &fs, Some(&sim), 1)).expect("reopen");
+        assert_eq!(contents(&db), model);
+        db.close().expect("close");
+    }
+}

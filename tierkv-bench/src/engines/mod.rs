@@ -1,5 +1,6 @@
 //! The engines under test, behind one trait, and the configurations that
-//! name them (`tierkv:<preset>`, `rocksdb-ssd`, `rocksdb-l0-pm`, `fake`).
+//! name them (`tierkv:<preset>`, `rocksdb-ssd`, `rocksdb-l0-pm`,
+//! `rocksdb-pm`, `fake`).
 //!
 //! Every engine gets the same [`EngineSetup`] (memtable size and count, SST
 //! size, L1 size, background jobs, block cache, bloom bits, L0 triggers, no
@@ -158,6 +159,9 @@ pub enum EngineKind {
     RocksdbSsd,
     /// RocksDB with L0 and the WAL on the PM directory.
     RocksdbL0Pm,
+    /// RocksDB with every table and the WAL on the PM directory (the
+    /// papers' "RocksDB-NVM").
+    RocksdbPm,
     /// An in-memory map (tests and dry runs of the harness).
     Fake,
 }
@@ -181,6 +185,7 @@ impl Config {
         let kind = match s {
             "rocksdb-ssd" => EngineKind::RocksdbSsd,
             "rocksdb-l0-pm" => EngineKind::RocksdbL0Pm,
+            "rocksdb-pm" => EngineKind::RocksdbPm,
             "fake" => EngineKind::Fake,
             "tierkv" => EngineKind::Tierkv("classic".into()),
             _ => match s.strip_prefix("tierkv:") {
@@ -197,7 +202,7 @@ impl Config {
                 }
                 None => {
                     return Err(Error::Usage(format!(
-                        "unknown configuration `{s}`; use tierkv:<preset>, rocksdb-ssd, rocksdb-l0-pm or fake"
+                        "unknown configuration `{s}`; use tierkv:<preset>, rocksdb-ssd, rocksdb-l0-pm, rocksdb-pm or fake"
                     )))
                 }
             },
@@ -213,7 +218,7 @@ impl Config {
     pub fn engine_name(&self) -> &'static str {
         match self.kind {
             EngineKind::Tierkv(_) => "tierkv",
-            EngineKind::RocksdbSsd | EngineKind::RocksdbL0Pm => "rocksdb",
+            EngineKind::RocksdbSsd | EngineKind::RocksdbL0Pm | EngineKind::RocksdbPm => "rocksdb",
             EngineKind::Fake => "fake",
         }
     }
@@ -224,7 +229,7 @@ impl Config {
             EngineKind::Tierkv(p) => {
                 ::tierkv::Preset::from_name(preset_name(p)).is_some_and(|p| p.needs_pm())
             }
-            EngineKind::RocksdbL0Pm => true,
+            EngineKind::RocksdbL0Pm | EngineKind::RocksdbPm => true,
             EngineKind::RocksdbSsd | EngineKind::Fake => false,
         }
     }
@@ -300,6 +305,12 @@ pub struct EngineSetup {
     pub vlsm_growth_factor: u64,
     /// tierkv: independent LSMs (regions) in one database, hash-routed.
     pub regions: usize,
+    /// Key numbers of the run lie in `[0, key_count)` (0: unknown);
+    /// `tierkv:rangetab` splits that range evenly into its RangeTabs'
+    /// boundaries (YCSB's hashed keys: the whole 63-bit range).
+    pub key_count: u64,
+    /// Key size of the run (db_bench's key format, `keys::format_key`).
+    pub key_size: usize,
 }
 
 impl EngineSetup {
@@ -329,6 +340,8 @@ impl EngineSetup {
             vlsm_phi: 32,
             vlsm_growth_factor: 8,
             regions: 1,
+            key_count: 0,
+            key_size: 16,
         }
     }
 }
@@ -340,15 +353,21 @@ impl EngineSetup {
 pub fn open(config: &Config, setup: &EngineSetup) -> Result<Box<dyn Engine>> {
     match &config.kind {
         EngineKind::Fake => Ok(Box::new(fake::FakeEngine::new(setup.fake_stall))),
-        EngineKind::RocksdbSsd | EngineKind::RocksdbL0Pm => open_rocksdb(config, setup),
+        EngineKind::RocksdbSsd | EngineKind::RocksdbL0Pm | EngineKind::RocksdbPm => {
+            open_rocksdb(config, setup)
+        }
         EngineKind::Tierkv(preset) => open_tierkv(preset, setup),
     }
 }
 
 #[cfg(feature = "rocksdb")]
 fn open_rocksdb(config: &Config, setup: &EngineSetup) -> Result<Box<dyn Engine>> {
-    let l0_on_pm = config.kind == EngineKind::RocksdbL0Pm;
-    Ok(Box::new(rocksdb::RocksEngine::open(setup, l0_on_pm)?))
+    let placement = match config.kind {
+        EngineKind::RocksdbL0Pm => rocksdb::Placement::L0OnPm,
+        EngineKind::RocksdbPm => rocksdb::Placement::AllOnPm,
+        _ => rocksdb::Placement::Ssd,
+    };
+    Ok(Box::new(rocksdb::RocksEngine::open(setup, placement)?))
 }
 
 #[cfg(not(feature = "rocksdb"))]

@@ -7,6 +7,10 @@
 //!   the PM directory. RocksDB places a level in the first path whose target
 //!   still holds it (L0 counted as large as L1), so L0 lands on PM and L1+ on
 //!   SSD at every BENCH.md scale.
+//! - `rocksdb-pm` ("RocksDB-NVM", RangeKV §V-A; Fig. 20's all-on-NVM
+//!   store): `db_paths[0]` = the PM directory with no size limit, and the
+//!   WAL there: every table and log on PM (MANIFEST, LOG and OPTIONS stay
+//!   in the SSD directory).
 //!
 //! # Where the numbers come from
 //!
@@ -29,6 +33,8 @@
 //!   `compaction_finished` (duration, output level and bytes). The log is
 //!   flushed before it is read by a no-op `SetOptions` (RocksDB flushes its
 //!   info log at the end of `SetOptions`).
+//! - for `rocksdb-pm`: every write counts as a PM write and reads as PM
+//!   reads (no SSD reads).
 //! - for `rocksdb-l0-pm`: WAL and flush bytes count as PM writes, compaction
 //!   output to L0 as PM and to L1+ as SSD; compaction input from L0 counts as
 //!   PM reads and is taken out of the SSD reads (user reads of L0 files still
@@ -48,6 +54,17 @@ use super::{
 };
 use crate::error::{io_err, Error, Result};
 
+/// Where a RocksDB under test keeps its tables and WAL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// Everything in the SSD directory (`rocksdb-ssd`).
+    Ssd,
+    /// L0 and the WAL in the PM directory (`rocksdb-l0-pm`).
+    L0OnPm,
+    /// Every table and the WAL in the PM directory (`rocksdb-pm`).
+    AllOnPm,
+}
+
 /// A RocksDB instance under test.
 pub struct RocksEngine {
     db: DB,
@@ -55,6 +72,7 @@ pub struct RocksEngine {
     write_opts: WriteOptions,
     dir: PathBuf,
     pm_dir: Option<PathBuf>,
+    placement: Placement,
     opened: Instant,
     opened_wall_us: u64,
     l0_trigger: String,
@@ -72,9 +90,9 @@ fn wall_micros() -> u64 {
 }
 
 impl RocksEngine {
-    /// Opens a fresh RocksDB in `setup.ssd_dir` (and `setup.pm_dir` when
-    /// `l0_on_pm`), destroying what was there.
-    pub fn open(setup: &EngineSetup, l0_on_pm: bool) -> Result<RocksEngine> {
+    /// Opens a fresh RocksDB in `setup.ssd_dir` (and `setup.pm_dir`, by
+    /// `placement`), destroying what was there.
+    pub fn open(setup: &EngineSetup, placement: Placement) -> Result<RocksEngine> {
         let mut opts = Options::default();
         opts.create_if_missing(true);
         opts.set_compression_type(match setup.compression {
@@ -106,18 +124,22 @@ impl RocksEngine {
 
         let dir = setup.ssd_dir.clone();
         std::fs::create_dir_all(&dir).map_err(io_err(format!("create {}", dir.display())))?;
-        let pm_dir = if l0_on_pm {
+        let pm_dir = if placement == Placement::Ssd {
+            None
+        } else {
             let pm = setup.pm_dir.clone();
             std::fs::create_dir_all(&pm).map_err(io_err(format!("create {}", pm.display())))?;
-            let paths = [
-                DBPath::new(&pm, setup.pm_size_bytes).map_err(rerr)?,
-                DBPath::new(&dir, u64::MAX / 2).map_err(rerr)?,
-            ];
+            let paths = if placement == Placement::AllOnPm {
+                vec![DBPath::new(&pm, u64::MAX / 2).map_err(rerr)?]
+            } else {
+                vec![
+                    DBPath::new(&pm, setup.pm_size_bytes).map_err(rerr)?,
+                    DBPath::new(&dir, u64::MAX / 2).map_err(rerr)?,
+                ]
+            };
             opts.set_db_paths(&paths);
             opts.set_wal_dir(&pm);
             Some(pm)
-        } else {
-            None
         };
         let _ = DB::destroy(&opts, &dir);
         let opened = Instant::now();
@@ -142,6 +164,7 @@ impl RocksEngine {
             write_opts: WriteOptions::default(),
             dir,
             pm_dir,
+            placement,
             opened,
             opened_wall_us,
             l0_trigger: setup.l0_triggers.0.to_string(),
@@ -379,7 +402,9 @@ impl Engine for RocksEngine {
         let comp_w = st.ticker("rocksdb.compact.write.bytes");
         let read = st.ticker("rocksdb.non.last.level.read.bytes")
             + st.ticker("rocksdb.last.level.read.bytes");
-        let (ssd_w, pm_w, ssd_r) = if self.pm_dir.is_some() {
+        let (ssd_w, pm_w, ssd_r) = if self.placement == Placement::AllOnPm {
+            (0, wal + flush + comp_w, 0)
+        } else if self.pm_dir.is_some() {
             let comp_to_l0: u64 = compactions
                 .iter()
                 .filter(|c| c.output_level == 0)
@@ -466,7 +491,7 @@ mod tests {
         setup.sst_size_bytes = 1 << 20;
         setup.l1_size_bytes = 4 << 20;
         setup.l0_triggers = (2, 3, 4);
-        let e = RocksEngine::open(&setup, false).unwrap_or_else(|e| panic!("{e}"));
+        let e = RocksEngine::open(&setup, Placement::Ssd).unwrap_or_else(|e| panic!("{e}"));
         let v = vec![7u8; 4096];
         for i in 0..8000u64 {
             e.put(&i.wrapping_mul(0x9e37_79b9_7f4a_7c15).to_be_bytes(), &v)

@@ -13,6 +13,7 @@
 
 use std::time::Duration;
 
+use ::tierkv::design::rangetab as tierkv_rt;
 use ::tierkv::{Db, Options, Preset, ReadOptions};
 
 use super::{
@@ -113,6 +114,23 @@ pub enum Knob {
     Collectors(u64),
     /// `pace=0|1`: the pacing write controller off or on.
     Pacing(bool),
+    /// `rt=`: rangetab's number of RangeTabs (default: as many as the PM
+    /// holds at two buffers of the capacity each).
+    RangeTabs(u64),
+    /// `cap=`: rangetab's buffer capacity (default: the memtable size) —
+    /// the paper's Fig. 18 sweep at a fixed capacity × count.
+    Capacity(u64),
+    /// `prefix=p`: rangetab's boundaries from the paper's p-byte key
+    /// prefixes (instead of an even split of the run's key range).
+    Prefix(u64),
+    /// `quantiles=1`: rangetab's boundaries from the first memtable's
+    /// quantiles (the fallback) instead of an even split.
+    Quantiles,
+    /// `hash=0|1`: rangetab's hash index (default on).
+    HashIndex(bool),
+    /// `faithful=0|1`: rangetab's picker as the paper writes it (default
+    /// off: the sound picker).
+    Faithful(bool),
 }
 
 /// Parses the knobs after the preset: `vlsm/mem=8m/phi=16` → `[Memtable(8 MiB),
@@ -145,6 +163,18 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
             "batch" => Knob::L0Batch(n),
             "l1" => Knob::L1Size(n),
             "hints" if n <= 1 => Knob::Hints(n == 1),
+            "rt" if (2..=tierkv_rt::MAX_RANGETABS as u64).contains(&n) => Knob::RangeTabs(n),
+            "cap" => Knob::Capacity(n),
+            "prefix" if (1..=8).contains(&n) => Knob::Prefix(n),
+            "quantiles" if n == 1 => Knob::Quantiles,
+            "hash" if n <= 1 => Knob::HashIndex(n == 1),
+            "faithful" if n <= 1 => Knob::Faithful(n == 1),
+            "rt" | "prefix" | "quantiles" | "hash" | "faithful" => {
+                return Err(Error::Usage(format!(
+                    "knob `{part}` of `{spec}`: rt is 2..{}, prefix 1..8, quantiles 1, hash and faithful 0 or 1",
+                    tierkv_rt::MAX_RANGETABS
+                )))
+            }
             "limit" => Knob::ContainerLimit(n),
             "k" if n >= 1 => Knob::Collectors(n),
             "pace" if n <= 1 => Knob::Pacing(n == 1),
@@ -165,7 +195,7 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
             }
             _ => {
                 return Err(Error::Usage(format!(
-                    "unknown knob `{name}` in `{spec}`; knobs: mem, sst, phi, f, l0, batch, l1, regions, hints, limit, k, pace"
+                    "unknown knob `{name}` in `{spec}`; knobs: mem, sst, phi, f, l0, batch, l1, regions, hints, limit, k, pace, rt, cap, prefix, quantiles, hash, faithful"
                 )))
             }
         });
@@ -193,7 +223,13 @@ pub fn options_for_spec(preset: Preset, spec: &str, setup: &EngineSetup) -> Resu
             | Knob::Hints(_)
             | Knob::ContainerLimit(_)
             | Knob::Collectors(_)
-            | Knob::Pacing(_) => {}
+            | Knob::Pacing(_)
+            | Knob::RangeTabs(_)
+            | Knob::Capacity(_)
+            | Knob::Prefix(_)
+            | Knob::Quantiles
+            | Knob::HashIndex(_)
+            | Knob::Faithful(_) => {}
         }
     }
     let mut o = options_for(preset, &s);
@@ -207,10 +243,45 @@ pub fn options_for_spec(preset: Preset, spec: &str, setup: &EngineSetup) -> Resu
             Knob::ContainerLimit(n) => o.pm_container_limit_bytes = n,
             Knob::Collectors(n) => o.pm_collector_threads = n as usize,
             Knob::Pacing(on) => o.write_pacing = on,
+            Knob::RangeTabs(n) => o.rangetab_count = n as usize,
+            Knob::Capacity(n) => o.rangetab_capacity_bytes = n,
+            Knob::Prefix(n) => o.rangetab_prefix_bytes = n as usize,
+            Knob::HashIndex(on) => o.rangetab_hash_index = on,
+            Knob::Faithful(on) => o.rangetab_faithful_picker = on,
             _ => {}
         }
     }
+    let split = !knobs
+        .iter()
+        .any(|k| matches!(k, Knob::Prefix(_) | Knob::Quantiles));
+    if preset == Preset::RangeTab && split && s.key_count > 0 {
+        even_boundaries(&mut o, s.key_count, s.key_size)?;
+    }
     Ok(o)
+}
+
+/// Splits the key numbers `[0, key_count)` evenly into the RangeTabs'
+/// boundaries (as many RangeTabs as the options give on the PM tier).
+pub fn even_boundaries(o: &mut Options, key_count: u64, key_size: usize) -> Result<()> {
+    let g = tierkv_rt::Geometry::for_region(o, o.pm_size_bytes)
+        .map_err(|e| Error::Refused(format!("tierkv:rangetab: {e}")))?;
+    let n = u128::from(g.count);
+    let mut bounds: Vec<Vec<u8>> = Vec::with_capacity(g.count as usize);
+    for i in 1..n {
+        let v = (u128::from(key_count) * i / n) as u64;
+        let mut k = Vec::with_capacity(key_size);
+        crate::keys::format_key(v, key_size, &mut k);
+        if bounds.last().is_some_and(|b| *b >= k) {
+            // Fewer key numbers than RangeTabs: the key space cannot be
+            // split that finely; leave the boundaries to the fallback.
+            return Ok(());
+        }
+        bounds.push(k);
+    }
+    o.rangetab_count = g.count as usize;
+    o.rangetab_capacity_bytes = g.capacity_bytes;
+    o.rangetab_boundaries = bounds;
+    Ok(())
 }
 
 impl TierkvEngine {
@@ -382,5 +453,30 @@ mod tests {
         let o = options_for_spec(Preset::Triangle, "triangle/k=3", &s).unwrap();
         assert_eq!(o.pm_collector_threads, 3);
         assert!(parse_knobs("triangle/k=0").is_err());
+    }
+
+    #[test]
+    fn rangetab_knobs_and_even_boundaries() {
+        let mut s = EngineSetup::defaults("/tmp/x".into(), "/dev/shm/y".into());
+        s.pm_size_bytes = 640 << 20;
+        s.memtable_size_bytes = 4 << 20;
+        s.sst_size_bytes = 4 << 20;
+        s.key_count = 1 << 20;
+        let o = options_for_spec(Preset::RangeTab, "rangetab/cap=4m/rt=64", &s).unwrap();
+        assert_eq!(o.rangetab_count, 64);
+        assert_eq!(o.rangetab_capacity_bytes, 4 << 20);
+        assert_eq!(o.rangetab_boundaries.len(), 63);
+        let mut k = Vec::new();
+        crate::keys::format_key(1 << 14, 16, &mut k);
+        assert_eq!(o.rangetab_boundaries[0], k);
+        assert!(o.validate().is_ok());
+        // The default: as many RangeTabs of a memtable as the PM holds.
+        let o = options_for_spec(Preset::RangeTab, "rangetab", &s).unwrap();
+        assert!(o.rangetab_count > 60, "{}", o.rangetab_count);
+        let o = options_for_spec(Preset::RangeTab, "rangetab/prefix=4", &s).unwrap();
+        assert!(o.rangetab_boundaries.is_empty() && o.rangetab_prefix_bytes == 4);
+        let o = options_for_spec(Preset::RangeTab, "rangetab/quantiles=1/hash=0", &s).unwrap();
+        assert!(o.rangetab_boundaries.is_empty() && !o.rangetab_hash_index);
+        assert!(parse_knobs("rangetab/rt=1").is_err());
     }
 }

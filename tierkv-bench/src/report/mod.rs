@@ -9,6 +9,8 @@
 //! | `compaction-bytes-<bench>` | input bytes of every compaction, in order | Fig. 18 |
 //! | `write-amp` | SSD and total write amplification per configuration and benchmark | Fig. 16 / 19 |
 //! | `level-shape` | bytes per level and tier at the end of each configuration's run | Fig. 16 / 19 |
+//! | `ops-<bench>` | operations per second per configuration (bars): knob sweeps run side by side, e.g. capacities or L1 sizes | RangeKV Figs. 18–20 |
+//! | `value-sizes-<bench>` | MB/s against the value size, one line per configuration (several runs' JSONs together) | RangeKV Fig. 11 |
 //! | `summary.md` | one table per benchmark, ratios against RocksDB | |
 //!
 //! The font (DejaVu Sans, `assets/`) is compiled in and registered with
@@ -43,44 +45,62 @@ pub fn register_fonts() -> Result<()> {
     Ok(())
 }
 
-/// A group of records of one benchmark in one pacing mode, in run order.
+/// A group of records of one benchmark in one pacing mode (and one value
+/// size, when the records have several), in run order.
 pub struct Group<'a> {
     /// Benchmark name.
     pub benchmark: String,
     /// `closed` or `open`.
     pub mode: String,
+    /// The value size, when records of this benchmark have several.
+    pub value_size: Option<usize>,
     /// The records.
     pub records: Vec<&'a Record>,
 }
 
 impl Group<'_> {
-    /// `fillrandom` or `ycsb-a-open`.
+    /// `fillrandom`, `ycsb-a-open` or `fillrandom-1024B`.
     pub fn slug(&self) -> String {
+        let mut s = self.benchmark.clone();
         if self.mode == "open" {
-            format!("{}-open", self.benchmark)
-        } else {
-            self.benchmark.clone()
+            s.push_str("-open");
         }
+        if let Some(v) = self.value_size {
+            s.push_str(&format!("-{v}B"));
+        }
+        s
     }
 }
 
-/// Groups records by (benchmark, mode), in order of first appearance.
+fn mode_of(r: &Record) -> &str {
+    if r.mode.is_empty() {
+        "closed"
+    } else {
+        r.mode.as_str()
+    }
+}
+
+/// Groups records by (benchmark, mode) — and value size where one
+/// benchmark ran with several — in order of first appearance.
 pub fn groups(records: &[Record]) -> Vec<Group<'_>> {
+    let several = |r: &Record| {
+        records.iter().any(|o| {
+            o.benchmark == r.benchmark && mode_of(o) == mode_of(r) && o.value_size != r.value_size
+        })
+    };
     let mut out: Vec<Group<'_>> = Vec::new();
     for r in records {
-        let mode = if r.mode.is_empty() {
-            "closed"
-        } else {
-            r.mode.as_str()
-        };
+        let mode = mode_of(r);
+        let vs = several(r).then_some(r.value_size);
         match out
             .iter_mut()
-            .find(|g| g.benchmark == r.benchmark && g.mode == mode)
+            .find(|g| g.benchmark == r.benchmark && g.mode == mode && g.value_size == vs)
         {
             Some(g) => g.records.push(r),
             None => out.push(Group {
                 benchmark: r.benchmark.clone(),
                 mode: mode.to_string(),
+                value_size: vs,
                 records: vec![r],
             }),
         }
@@ -88,12 +108,20 @@ pub fn groups(records: &[Record]) -> Vec<Group<'_>> {
     out
 }
 
-/// Reads `json`, writes the plots and `summary.md` into `out` (default:
-/// `<stem>-report` beside the JSON) and prints what it wrote.
-pub fn report(json: &Path, out: Option<&Path>) -> Result<()> {
-    let text = std::fs::read_to_string(json).map_err(io_err(format!("read {}", json.display())))?;
-    let records: Vec<Record> = serde_json::from_str(&text)
-        .map_err(|e| Error::Other(format!("{} is not a tierkv-bench run: {e}", json.display())))?;
+/// Reads the runs `jsons` (their records together), writes the plots and
+/// `summary.md` into `out` (default: `<stem>-report` beside the first
+/// JSON) and prints what it wrote.
+pub fn report(jsons: &[PathBuf], out: Option<&Path>) -> Result<()> {
+    let json = jsons
+        .first()
+        .ok_or_else(|| Error::Usage("report needs a JSON file".into()))?;
+    let mut records: Vec<Record> = Vec::new();
+    for j in jsons {
+        let text = std::fs::read_to_string(j).map_err(io_err(format!("read {}", j.display())))?;
+        let mut rs: Vec<Record> = serde_json::from_str(&text)
+            .map_err(|e| Error::Other(format!("{} is not a tierkv-bench run: {e}", j.display())))?;
+        records.append(&mut rs);
+    }
     if records.is_empty() {
         return Err(Error::Other(format!("{} holds no records", json.display())));
     }
@@ -216,14 +244,44 @@ mod tests {
     }
 
     #[test]
+    fn value_size_sweep_over_two_runs() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let mut jsons = Vec::new();
+        for vs in [1024usize, 4096] {
+            let recs: Vec<Record> = sample_records()
+                .into_iter()
+                .map(|mut r| {
+                    r.value_size = vs;
+                    r
+                })
+                .collect();
+            let json = dir.path().join(format!("v{vs}.json"));
+            let text = serde_json::to_string(&recs).unwrap_or_default();
+            std::fs::write(&json, text).unwrap_or_else(|e| panic!("{e}"));
+            jsons.push(json);
+        }
+        report(&jsons, None).unwrap_or_else(|e| panic!("{e}"));
+        let out = dir.path().join("v1024-report");
+        for f in [
+            "value-sizes-fillrandom.png",
+            "ops-fillrandom-1024B.png",
+            "throughput-fillrandom-4096B.svg",
+            "summary.md",
+        ] {
+            assert!(out.join(f).exists(), "{f}");
+        }
+    }
+
+    #[test]
     fn report_writes_plots_and_summary() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let json = dir.path().join("run.json");
         let text = serde_json::to_string(&sample_records()).unwrap_or_default();
         std::fs::write(&json, text).unwrap_or_else(|e| panic!("{e}"));
-        report(&json, None).unwrap_or_else(|e| panic!("{e}"));
+        report(std::slice::from_ref(&json), None).unwrap_or_else(|e| panic!("{e}"));
         let out = dir.path().join("run-report");
         for f in [
+            "ops-fillrandom.png",
             "throughput-fillrandom.png",
             "throughput-fillrandom.svg",
             "latency-readrandom.png",

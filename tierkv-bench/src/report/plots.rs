@@ -102,6 +102,45 @@ pub fn draw_all(records: &[Record], out: &Path) -> Result<Vec<String>> {
             ));
         }
     }
+    for g in groups(records) {
+        if g.records.len() > 1 && g.records.iter().any(|r| r.ops > 0) {
+            let name = format!("ops-{}", g.slug());
+            files.push(render!(out, name, (1200, 600), ops_bars(&g, &colors)));
+        }
+    }
+    // Value-size sweeps: a benchmark and mode run with several value sizes.
+    let mut sweeps: Vec<(String, String)> = Vec::new();
+    for g in groups(records) {
+        let key = (g.benchmark.clone(), g.mode.clone());
+        if g.value_size.is_some() && !sweeps.contains(&key) {
+            sweeps.push(key);
+        }
+    }
+    for (bench, mode) in sweeps {
+        let recs: Vec<&Record> = records
+            .iter()
+            .filter(|r| {
+                r.benchmark == bench
+                    && (if r.mode.is_empty() {
+                        "closed"
+                    } else {
+                        r.mode.as_str()
+                    }) == mode
+            })
+            .collect();
+        let slug = if mode == "open" {
+            format!("{bench}-open")
+        } else {
+            bench.clone()
+        };
+        let name = format!("value-sizes-{slug}");
+        files.push(render!(
+            out,
+            name,
+            (1200, 600),
+            value_sizes(&recs, &bench, &colors)
+        ));
+    }
     let writers: Vec<&Record> = records.iter().filter(|r| r.bytes.user > 0).collect();
     if !writers.is_empty() {
         files.push(render!(
@@ -531,6 +570,117 @@ fn category_labels<DB: DrawingBackend, Y: Ranged<ValueType = f64>>(
             .map_err(perr)?;
     }
     Ok(())
+}
+
+/// Operations per second per record of a group, as bars.
+fn ops_bars<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    g: &Group<'_>,
+    colors: &Colors,
+) -> Result<()> {
+    let recs = &g.records;
+    let names: Vec<String> = recs.iter().map(|r| r.config.clone()).collect();
+    let y_max = recs.iter().map(|r| r.ops_per_sec).fold(1.0, f64::max) * 1.2;
+    let mut chart = ChartBuilder::on(root)
+        .caption(title(g, "operations per second"), ("sans-serif", 22))
+        .margin(15)
+        .x_label_area_size(50)
+        .y_label_area_size(80)
+        .build_cartesian_2d(-0.6f64..recs.len() as f64 - 0.4, 0f64..y_max)
+        .map_err(perr)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(0)
+        .x_label_formatter(&|_| String::new())
+        .y_desc("ops/s")
+        .axis_desc_style(("sans-serif", 16))
+        .label_style(("sans-serif", 14))
+        .light_line_style(BLACK.mix(0.05))
+        .draw()
+        .map_err(perr)?;
+    let value_style = TextStyle::from(("sans-serif", 14).into_font())
+        .color(&BLACK)
+        .pos(Pos::new(HPos::Center, VPos::Bottom));
+    chart
+        .draw_series(recs.iter().enumerate().map(|(i, r)| {
+            Rectangle::new(
+                [(i as f64 - 0.3, 0.0), (i as f64 + 0.3, r.ops_per_sec)],
+                colors.of(&r.config).filled(),
+            )
+        }))
+        .map_err(perr)?;
+    chart
+        .draw_series(recs.iter().enumerate().map(|(i, r)| {
+            Text::new(
+                format!("{:.0}", r.ops_per_sec),
+                (i as f64, r.ops_per_sec),
+                value_style.clone(),
+            )
+        }))
+        .map_err(perr)?;
+    category_labels(root, &chart, &names, 0.0)
+}
+
+/// MB/s against the value size (log scale), one line per configuration.
+fn value_sizes<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    recs: &[&Record],
+    bench: &str,
+    colors: &Colors,
+) -> Result<()> {
+    let mut configs: Vec<&str> = Vec::new();
+    for r in recs {
+        if !configs.contains(&r.config.as_str()) {
+            configs.push(&r.config);
+        }
+    }
+    let lx = |v: usize| (v.max(1) as f64).log2();
+    let x_min = recs
+        .iter()
+        .map(|r| lx(r.value_size))
+        .fold(f64::MAX, f64::min);
+    let x_max = recs.iter().map(|r| lx(r.value_size)).fold(0.0, f64::max);
+    let y_max = recs.iter().map(|r| r.mb_per_sec).fold(1.0, f64::max) * 1.3;
+    let scale = recs.first().map_or(String::new(), |r| r.scale.clone());
+    let mut chart = ChartBuilder::on(root)
+        .caption(
+            format!("{bench} — MB/s by value size (scale {scale})"),
+            ("sans-serif", 22),
+        )
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(70)
+        .build_cartesian_2d(x_min - 0.3..x_max + 0.3, 0f64..y_max)
+        .map_err(perr)?;
+    chart
+        .configure_mesh()
+        .x_desc("value size (bytes, log scale)")
+        .y_desc("MB/s")
+        .x_label_formatter(&|x| format!("{:.0}", x.exp2()))
+        .axis_desc_style(("sans-serif", 16))
+        .label_style(("sans-serif", 14))
+        .light_line_style(BLACK.mix(0.05))
+        .draw()
+        .map_err(perr)?;
+    for c in configs {
+        let mut pts: Vec<(f64, f64)> = recs
+            .iter()
+            .filter(|r| r.config == c)
+            .map(|r| (lx(r.value_size), r.mb_per_sec))
+            .collect();
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let col = colors.of(c);
+        chart
+            .draw_series(LineSeries::new(pts.clone(), col.stroke_width(2)))
+            .map_err(perr)?
+            .label(c.to_string())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], col.stroke_width(2)));
+        chart
+            .draw_series(pts.into_iter().map(|p| Circle::new(p, 4, col.filled())))
+            .map_err(perr)?;
+    }
+    legend(&mut chart, SeriesLabelPosition::UpperLeft)
 }
 
 fn write_amp<DB: DrawingBackend>(

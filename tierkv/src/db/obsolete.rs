@@ -35,12 +35,29 @@ impl Inner {
         let (pm_tables, ssd_tables): (Vec<_>, Vec<_>) =
             metas.into_iter().partition(|m| m.tier == Tier::Pm);
         if let (Some(pm), false) = (&self.pm, pm_tables.is_empty()) {
+            // Runs the design retains (`Design::retained_pm_runs`: e.g.
+            // RangeKV's buffers, allocated once and reused) stay allocated
+            // when the last table listing them goes. If the design cannot
+            // say, nothing is freed: a leak the next open's reconcile
+            // repairs, never a live run handed out again.
+            let kept: Option<HashSet<_>> =
+                match self.design.retained_pm_runs(&self.versions.current_all()) {
+                    Ok(runs) => Some(runs.into_iter().collect()),
+                    Err(e) => {
+                        log::warn!("design could not list its live PM runs: {e}");
+                        None
+                    }
+                };
             for m in &pm_tables {
                 let more = self.design.release(m).unwrap_or_else(|e| {
                     log::warn!("design could not release PM of table {}: {e}", m.id);
                     Vec::new()
                 });
-                for run in m.pm_pages.iter().chain(&more) {
+                let own = m
+                    .pm_pages
+                    .iter()
+                    .filter(|r| kept.as_ref().is_some_and(|k| !k.contains(r)));
+                for run in own.chain(&more) {
                     if let Err(e) = pm.free_pages(*run) {
                         log::warn!("could not free PM pages of table {}: {e}", m.id);
                     }

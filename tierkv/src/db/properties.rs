@@ -73,16 +73,13 @@ impl Inner {
 
     /// The stats with every region's level shape now.
     pub(super) fn stats_snapshot(&self) -> Stats {
-        let shapes: Vec<Vec<LevelShape>> = self
-            .versions
-            .current_all()
-            .iter()
-            .map(|v| v.shape())
-            .collect();
+        let versions = self.versions.current_all();
+        let shapes: Vec<Vec<LevelShape>> = versions.iter().map(|v| v.shape()).collect();
         let mut s = self.stats.snapshot_regions(shapes);
         if let Some(pm) = &self.pm {
             s.written.pm_metadata = pm.allocator().bytes_written();
         }
+        s.design = self.design.stats(&versions);
         s
     }
 }

@@ -318,6 +318,10 @@ fn reconcile(
         (None, _) => {}
     }
     live.extend(design.live_pm_runs(&current, &listed)?);
+    // A run a design declares may also be listed by its tables (RangeKV's
+    // buffers): count it once.
+    live.sort_unstable();
+    live.dedup();
     pm.reconcile(&live)
 }
 
@@ -428,9 +432,16 @@ impl Replay {
         // Replayed memtables become tables that the caller's edits add in
         // one record together with the new log numbers, so a crash during
         // replay replays the same WALs again instead of duplicating them.
+        // Each flush sees the versions the earlier replayed flushes made,
+        // chained in memory (never installed: a removed table is not
+        // released), and its edit is folded into its region's edit
+        // (`VersionEdit::compose`): a design whose flush re-lists or
+        // deletes tables, or writes design records, replays like it runs.
+        let mut chained: Vec<Arc<crate::version::Version>> = versions.current_all();
         let flush = |region: usize,
                      mem: &Arc<MemTable>,
                      edit: &mut VersionEdit,
+                     chained: &mut Vec<Arc<crate::version::Version>>,
                      last_seq: SeqNo|
          -> Result<()> {
             let env = JobEnv {
@@ -440,13 +451,15 @@ impl Replay {
                 versions,
                 stats,
                 smallest_snapshot: last_seq,
-                version: versions.current_in(region),
+                version: Arc::clone(&chained[region]),
             };
             let start = Instant::now();
             let out = design.flush(&env, mem)?;
             let w = out.written;
             stats.record_flush(start, w.pm_copied, w.pm_relinked, w.ssd);
-            edit.new_tables.extend(out.edit.new_tables);
+            let (next, _kept) = chained[region].apply_pending(&out.edit, versions.ctx())?;
+            chained[region] = Arc::new(next);
+            edit.compose(out.edit);
             Ok(())
         };
         let count = logs.len();
@@ -478,7 +491,13 @@ impl Replay {
                         .enumerate()
                         .max_by_key(|(i, m)| (m.size_bytes(), std::cmp::Reverse(*i)))
                         .unwrap_or((0, &mems[0]));
-                    flush(region, &mems[region], &mut edits[region], last_seq)?;
+                    flush(
+                        region,
+                        &mems[region],
+                        &mut edits[region],
+                        &mut chained,
+                        last_seq,
+                    )?;
                     mems[region] = Arc::new(MemTable::new(0));
                 }
                 Ok(())
@@ -548,7 +567,7 @@ impl Replay {
         }
         for (region, mem) in mems.iter().enumerate() {
             if !mem.is_empty() {
-                flush(region, mem, &mut edits[region], last_seq)?;
+                flush(region, mem, &mut edits[region], &mut chained, last_seq)?;
             }
         }
         Ok(Replay {

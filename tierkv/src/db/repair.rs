@@ -50,6 +50,12 @@
 //! referenced (an obsolete table not deleted yet, a row extent the
 //! container had consumed but not freed): the same limit as RocksDB's
 //! repairer. Everything skipped is listed in [`RepairReport::problems`].
+//!
+//! The PM tables repair reads are the RowTables of `triangle` and `matrix`.
+//! A design that keeps data in other PM structures (`rangetab`'s RangeTabs,
+//! `tlsm`'s skip lists and buffers, `nvcache`) is refused with
+//! `InvalidOptions` before anything is touched: the rebuilt database would
+//! reference nothing in PM, and its next open would give their pages back.
 
 use std::fmt;
 use std::path::Path;
@@ -64,7 +70,7 @@ use crate::iter::{InternalIterator, MergingIterator};
 use crate::key::{self, Kind, SeqNo};
 use crate::lost;
 use crate::memtable::MemTable;
-use crate::options::Options;
+use crate::options::{Options, Preset};
 use crate::sst::{sst_file_name, ReadConfig, Table, TableBuilder, TableOptions};
 use crate::stats::Tier;
 use crate::storage::alloc::{PageAllocator, PAGE_SIZE_BYTES};
@@ -420,6 +426,17 @@ impl Found {
 /// level count and the SST size are used.
 pub fn repair(dir: &Path, options: Options) -> Result<RepairReport> {
     options.validate()?;
+    match options.design {
+        Preset::Classic | Preset::Vlsm | Preset::Triangle | Preset::Matrix => {}
+        other => {
+            return Err(Error::InvalidOptions(format!(
+                "`Db::repair` cannot read the PM structures of design `{other}` (it reads SSTs, \
+                 WALs, PM WALs and the RowTables of triangle and matrix): rebuilding {} \
+                 without them would give up what they hold, so nothing was changed",
+                dir.display()
+            )))
+        }
+    }
     let fs = Arc::clone(&options.fs);
     let names = fs
         .list(dir)

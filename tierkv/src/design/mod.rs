@@ -3,7 +3,7 @@
 //! (`db/`) knows only this trait; each preset lives in its own module or
 //! folder, and shares what it can with the others ([`leveled`] for the
 //! RocksDB-style SSD levels, [`container`] for the PM containers of
-//! `triangle` and `matrix`).
+//! `triangle` and `matrix`; [`rangetab`] is RangeKV's folder).
 //!
 //! # The hooks and their contracts
 //!
@@ -46,6 +46,15 @@
 //!   MANIFEST lists for a design-owned log). The engine counts them live
 //!   when it rebuilds the allocator at open (`PmTier::reconcile`); every
 //!   page neither a table, an engine PM WAL nor this list names is freed.
+//!   It is an open-time hook: it may rebuild the design's own indexes
+//!   (TLSM's buffer reference counts) and is never called while jobs run.
+//! * **[`Design::retained_pm_runs`]**: runs the design keeps allocated
+//!   itself although tables list them (RangeKV's buffers, re-listed under
+//!   a new table id at every append): the engine never frees a retained
+//!   run when the last table listing it is released, so the design reuses
+//!   it; it learns when no live handle lists it any more from
+//!   `TableContext::pm_run_refs`. Called at every release of PM tables:
+//!   cheap, no PM reads, no side effects. The default: none.
 //! * **[`Design::release`]**: told when a PM table no version references
 //!   any more is released (after the edit removing it is durable and its
 //!   last handle is gone). The engine frees the runs the handle was the
@@ -53,6 +62,17 @@
 //!   `TableContext::pm_run_refs`); the design returns further runs it can
 //!   free now — shared runs it counts by reference itself, e.g. a buffer
 //!   referenced by thousands of skip lists, too many to list per table.
+//! * **[`Design::stats`]**: named figures the design measures beside the
+//!   engine's (e.g. PM space amplification of shared buffers), given every
+//!   region's current version; shown in `Stats::design` and under
+//!   "** Design **" in `tierkv.stats`. It must be cheap (it runs at every
+//!   `Db::stats`) and must not block on background work. The default: none.
+//! * **WAL replay** calls [`Design::flush`] once per replayed memtable,
+//!   each against the version the earlier replayed flushes made (chained
+//!   in memory, never installed), and records the composed edits
+//!   (`VersionEdit::compose`) in one manifest record: a flush may re-list
+//!   or delete tables and write design records in replay as at run time.
+//!   No background job runs during replay.
 //! * **[`Design::log`]**, a design-owned log: `None` (the default) gives
 //!   the engine's WAL (on PM when the PM tier holds it, else on SSD). A
 //!   design whose flush target *is* the log (NV-Cache's NVTable) returns a
@@ -88,6 +108,8 @@ pub mod container;
 pub mod inspect;
 pub mod leveled;
 pub mod matrix;
+pub mod rangetab;
+pub mod tlsm;
 pub mod triangle;
 pub mod vlsm;
 
@@ -436,11 +458,25 @@ pub trait Design: Send + Sync {
         Ok(Vec::new())
     }
 
+    /// Runs the design keeps although tables list them (module doc), given
+    /// every region's current version. The default: none.
+    fn retained_pm_runs(&self, versions: &[Arc<Version>]) -> Result<Vec<PageRun>> {
+        let _ = versions;
+        Ok(Vec::new())
+    }
+
     /// A PM table was released (module doc); returns further runs to free.
     /// The default: none.
     fn release(&self, meta: &TableMeta) -> Result<Vec<PageRun>> {
         let _ = meta;
         Ok(Vec::new())
+    }
+
+    /// Named figures the design reports beside the engine's stats (module
+    /// doc). The default: none.
+    fn stats(&self, versions: &[Arc<Version>]) -> Vec<(String, String)> {
+        let _ = versions;
+        Vec::new()
     }
 
     /// The design's own log, if its flush target is the log (module doc).
@@ -483,8 +519,10 @@ pub fn build(opts: &Options, pm: Option<Arc<PmTier>>) -> Result<Arc<dyn Design>>
         Preset::Triangle => Ok(Arc::new(triangle::triangle(opts, need_pm(pm)?)?)),
         Preset::Matrix => Ok(Arc::new(matrix::matrix(opts, need_pm(pm)?)?)),
         Preset::Vlsm => Ok(Arc::new(vlsm::Vlsm::new(opts))),
+        Preset::Tlsm => Ok(Arc::new(tlsm::Tlsm::new(opts, need_pm(pm)?)?)),
+        Preset::RangeTab => Ok(Arc::new(rangetab::rangetab(opts, need_pm(pm)?)?)),
         other => Err(crate::Error::InvalidOptions(format!(
-            "design `{other}` is not available in this build of tierkv (available: classic, matrix, triangle, vlsm)"
+            "design `{other}` is not available in this build of tierkv (available: classic, matrix, rangetab, tlsm, triangle, vlsm)"
         ))),
     }
 }
