@@ -524,7 +524,8 @@ mod tests {
             let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
             let mut setup = EngineSetup::defaults(dir.path().join("db"), dir.path().join("pm"));
             setup.compression = c;
-            let e = RocksEngine::open(&setup, false).unwrap_or_else(|e| panic!("{c}: {e}"));
+            let e =
+                RocksEngine::open(&setup, Placement::Ssd).unwrap_or_else(|e| panic!("{c}: {e}"));
             let v = b"a compressible value, ".repeat(40);
             for i in 0..2000u64 {
                 e.put(&i.to_be_bytes(), &v)
