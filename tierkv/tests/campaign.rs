@@ -20,7 +20,9 @@
 //! its preset, whether it has a PM tier and where its WAL lives, and a
 //! locator of its own structures (a function from the built database to
 //! byte ranges, e.g. its PM tables and their metadata; the files, the PM
-//! allocator and the PM WAL are located for every design).
+//! allocator and the PM WAL are located for every design). `pm_pages`
+//! serves a design without a locator of its own (`rangetab`, `tlsm`): its
+//! allocated PM runs, damaged without knowing their layout.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -81,6 +83,8 @@ designs! {
     campaign_vlsm: DesignCase { name: "vlsm", preset: Preset::Vlsm, pm: false, wal_on_pm: false, locate: nothing_more },
     campaign_triangle: DesignCase { name: "triangle", preset: Preset::Triangle, pm: true, wal_on_pm: true, locate: pm_container },
     campaign_matrix: DesignCase { name: "matrix", preset: Preset::Matrix, pm: true, wal_on_pm: true, locate: pm_container },
+    campaign_rangetab: DesignCase { name: "rangetab", preset: Preset::RangeTab, pm: true, wal_on_pm: true, locate: pm_pages },
+    campaign_tlsm: DesignCase { name: "tlsm", preset: Preset::Tlsm, pm: true, wal_on_pm: true, locate: pm_pages },
 }
 
 /// Where a structure lives.
@@ -299,6 +303,37 @@ fn pm_common(b: &Built) -> Vec<Target> {
         }
     }
     t
+}
+
+/// A design without a locator of its own: its PM tables as allocated pages
+/// (every allocated run outside the PM WAL's extents, up to eight runs),
+/// damaged without knowing their layout.
+fn pm_pages(b: &Built) -> Vec<Target> {
+    let Some(r) = region(b) else {
+        return Vec::new();
+    };
+    let alloc = allocated_pages(&r);
+    let mut wal = std::collections::HashSet::new();
+    for (first, _) in PmLog::find_chains(r.as_ref(), alloc.iter().map(|p| p * PAGE)) {
+        for (at, len) in PmLog::extents(r.as_ref(), first).expect("chain") {
+            wal.extend(at / PAGE..(at + len).div_ceil(PAGE));
+        }
+    }
+    let mut runs: Vec<Range<u64>> = Vec::new();
+    for p in alloc.into_iter().filter(|p| !wal.contains(p)) {
+        match runs.last_mut() {
+            Some(run) if run.end == p => run.end = p + 1,
+            _ => runs.push(p..p + 1),
+        }
+    }
+    runs.into_iter()
+        .take(8)
+        .map(|run| Target {
+            what: format!("PM pages {}..{} (the design's tables)", run.start, run.end),
+            place: Place::Pm,
+            range: run.start * PAGE..run.end * PAGE,
+        })
+        .collect()
 }
 
 /// `triangle` / `matrix`: the rows (metadata runs and value extents) and the

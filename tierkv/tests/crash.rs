@@ -74,6 +74,16 @@ const CASES: &[Case] = &[
         preset: Preset::Matrix,
         pm: true,
     },
+    Case {
+        name: "rangetab",
+        preset: Preset::RangeTab,
+        pm: true,
+    },
+    Case {
+        name: "tlsm",
+        preset: Preset::Tlsm,
+        pm: true,
+    },
 ];
 
 fn case_named(name: &str) -> Case {
@@ -307,4 +317,14 @@ fn kill_triangle() {
 #[test]
 fn kill_matrix() {
     run_cycles(case_named("matrix"));
+}
+
+#[test]
+fn kill_rangetab() {
+    run_cycles(case_named("rangetab"));
+}
+
+#[test]
+fn kill_tlsm() {
+    run_cycles(case_named("tlsm"));
 }
