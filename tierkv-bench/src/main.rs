@@ -12,7 +12,7 @@ use tierkv_bench::error::{Error, Result};
 use tierkv_bench::keys::Distribution;
 use tierkv_bench::report;
 use tierkv_bench::scale::Scale;
-use tierkv_bench::suite::{self, Pacing, Plan};
+use tierkv_bench::suite::{self, Pacing, Plan, SteadyOptions, SweepBase};
 use tierkv_bench::workload::WorkloadParams;
 
 /// db_bench and YCSB workloads on tierkv and RocksDB, side by side.
@@ -127,7 +127,9 @@ struct BenchArgs {
     /// it beats tierkv:classic at `medium`, see the README).
     #[arg(long = "config", default_value = "tierkv:triangle")]
     config: String,
-    /// tiny | small | medium | paper10 (default: tiny; medium for compare).
+    /// tiny | small | medium | paper10 | leveldb10 | vlsm-paper (default:
+    /// tiny; medium
+    /// for compare).
     #[arg(long = "scale")]
     scale: Option<String>,
     /// Keys of a fill (default: dataset of the scale / value size).
@@ -173,6 +175,10 @@ struct BenchArgs {
     /// L1 target size in bytes (default: the scale's).
     #[arg(long = "max_bytes_for_level_base")]
     max_bytes_for_level_base: Option<u64>,
+    /// Growth factor between levels below L1 (default: the scale's, 10;
+    /// 8 at vlsm-paper). `vlsm` has its own f and Φ.
+    #[arg(long = "max_bytes_for_level_multiplier")]
+    max_bytes_for_level_multiplier: Option<u64>,
     /// Background flush and compaction threads.
     #[arg(long = "max_background_jobs", default_value_t = 2)]
     max_background_jobs: usize,
@@ -182,15 +188,15 @@ struct BenchArgs {
     /// Bloom filter bits per key (0 = none).
     #[arg(long = "bloom_bits", default_value_t = 10)]
     bloom_bits: u32,
-    /// L0 files that trigger a compaction.
-    #[arg(long = "level0_file_num_compaction_trigger", default_value_t = 4)]
-    level0_file_num_compaction_trigger: usize,
-    /// L0 files that slow writes down.
-    #[arg(long = "level0_slowdown_writes_trigger", default_value_t = 20)]
-    level0_slowdown_writes_trigger: usize,
-    /// L0 files that stop writes.
-    #[arg(long = "level0_stop_writes_trigger", default_value_t = 36)]
-    level0_stop_writes_trigger: usize,
+    /// L0 files that trigger a compaction (default 4).
+    #[arg(long = "level0_file_num_compaction_trigger")]
+    level0_file_num_compaction_trigger: Option<usize>,
+    /// L0 files that slow writes down (default 20; 8 at leveldb10).
+    #[arg(long = "level0_slowdown_writes_trigger")]
+    level0_slowdown_writes_trigger: Option<usize>,
+    /// L0 files that stop writes (default 36; 12 at leveldb10).
+    #[arg(long = "level0_stop_writes_trigger")]
+    level0_stop_writes_trigger: Option<usize>,
     /// Write rate while delayed (bytes/s).
     #[arg(long = "delayed_write_rate", default_value_t = 16 << 20)]
     delayed_write_rate: u64,
@@ -213,7 +219,8 @@ struct BenchArgs {
     /// (default none, as the papers measure).
     #[arg(long = "compression_type", default_value = "none", value_parser = parse_compression)]
     compression_type: tierkv::Compression,
-    /// Request distribution of random workloads: uniform | zipfian | latest.
+    /// Request distribution of random workloads: uniform | zipfian | latest
+    /// | hotspot (1% of the keys get 99% of the requests).
     #[arg(long = "distribution")]
     distribution: Option<String>,
     /// Entries read after each seek in seekrandom.
@@ -223,15 +230,45 @@ struct BenchArgs {
     #[arg(long = "seed", default_value_t = 1)]
     seed: u64,
     /// Open loop: requests per second.
-    #[arg(long = "rate", conflicts_with = "rate_fraction")]
+    #[arg(long = "rate", conflicts_with_all = ["rate_fraction", "rate_sweep"])]
     rate: Option<f64>,
     /// Open loop at this fraction of a configuration's sustained closed-loop
     /// throughput (its rate over the second half of the operations).
-    #[arg(long = "rate_fraction", requires = "rate_of")]
+    #[arg(
+        long = "rate_fraction",
+        requires = "rate_of",
+        conflicts_with = "rate_sweep"
+    )]
     rate_fraction: Option<f64>,
-    /// The configuration whose throughput `--rate_fraction` refers to.
+    /// The configuration whose throughput `--rate_fraction` refers to; with
+    /// `--rate_sweep`, a configuration (the same rates for all) or `each`
+    /// (each configuration's own throughput).
     #[arg(long = "rate_of")]
     rate_of: Option<String>,
+    /// Open loop at each of these rates in turn (comma-separated, run in
+    /// ascending order): requests per second, or with `--rate_of`
+    /// fractions of a sustained rate. The last benchmark is swept; the ones
+    /// before it prepare the database closed loop.
+    #[arg(long = "rate_sweep", value_delimiter = ',')]
+    rate_sweep: Vec<f64>,
+    /// P99 latency target of the rate sweep's summary, in microseconds.
+    #[arg(long = "latency_target_us", default_value_t = 1000.0)]
+    latency_target_us: f64,
+    /// Warm writing benchmarks (overwrite, ycsb-a/b/d/e/f) up to a steady
+    /// state before measuring them: until every level is within
+    /// `--steady_factor` of its target (after at least half the benchmark's
+    /// operations) or the debt stops moving.
+    #[arg(long = "steady_state", num_args = 0..=1, default_value = "0", default_missing_value = "1", value_parser = parse_flag)]
+    steady_state: bool,
+    /// The factor of `--steady_state`.
+    #[arg(long = "steady_factor", default_value_t = 2.0)]
+    steady_factor: f64,
+    /// Warm-up operations at most (default 3 × the benchmark's).
+    #[arg(long = "steady_max_ops")]
+    steady_max_ops: Option<u64>,
+    /// Operations measured after the warm-up (default the benchmark's).
+    #[arg(long = "steady_ops")]
+    steady_ops: Option<u64>,
     /// Write the JSON records here.
     #[arg(long = "json")]
     json: Option<PathBuf>,
@@ -286,7 +323,7 @@ fn plan_from(args: &BenchArgs, configs: Vec<Config>, default_scale: Scale) -> Re
         None => default_scale,
         Some(s) => Scale::parse(s).ok_or_else(|| {
             Error::Usage(format!(
-                "unknown scale `{s}`; scales: tiny, small, medium, paper10"
+                "unknown scale `{s}`; scales: tiny, small, medium, paper10, leveldb10, vlsm-paper"
             ))
         })?,
     };
@@ -294,14 +331,48 @@ fn plan_from(args: &BenchArgs, configs: Vec<Config>, default_scale: Scale) -> Re
         None => None,
         Some(d) => Some(Distribution::parse(d).ok_or_else(|| {
             Error::Usage(format!(
-                "unknown distribution `{d}`; use uniform, zipfian or latest"
+                "unknown distribution `{d}`; use uniform, zipfian, latest or hotspot"
             ))
         })?),
     };
     if args.threads == 0 {
         return Err(Error::Usage("--threads must be at least 1".into()));
     }
+    if !args.rate_sweep.is_empty() {
+        if let Some(bad) = args
+            .rate_sweep
+            .iter()
+            .find(|r| !(r.is_finite() && **r > 0.0))
+        {
+            return Err(Error::Usage(format!(
+                "--rate_sweep values must be positive, got {bad}"
+            )));
+        }
+        if !(args.latency_target_us.is_finite() && args.latency_target_us > 0.0) {
+            return Err(Error::Usage(format!(
+                "--latency_target_us must be positive, got {}",
+                args.latency_target_us
+            )));
+        }
+    }
+    if args.steady_state && !(args.steady_factor.is_finite() && args.steady_factor >= 1.0) {
+        return Err(Error::Usage(format!(
+            "--steady_factor must be at least 1, got {}",
+            args.steady_factor
+        )));
+    }
     let pacing = match (args.rate, args.rate_fraction, &args.rate_of) {
+        _ if !args.rate_sweep.is_empty() => {
+            let mut points = args.rate_sweep.clone();
+            points.sort_by(f64::total_cmp);
+            points.dedup();
+            let base = match args.rate_of.as_deref() {
+                None => SweepBase::Absolute,
+                Some("each") => SweepBase::Each,
+                Some(of) => SweepBase::Of(Config::parse(of)?),
+            };
+            Pacing::Sweep { points, base }
+        }
         (Some(r), _, _) if r > 0.0 && r.is_finite() => Pacing::Rate(r),
         (Some(r), _, _) => return Err(Error::Usage(format!("--rate must be positive, got {r}"))),
         (None, Some(f), Some(of)) if f > 0.0 && f.is_finite() => Pacing::Fraction {
@@ -327,13 +398,20 @@ fn plan_from(args: &BenchArgs, configs: Vec<Config>, default_scale: Scale) -> Re
         l1_size_bytes: args
             .max_bytes_for_level_base
             .unwrap_or(scale.l1_size_bytes()),
+        level_multiplier: args
+            .max_bytes_for_level_multiplier
+            .unwrap_or(scale.level_multiplier())
+            .max(2),
         background_jobs: args.max_background_jobs.max(1),
         block_cache_bytes: args.cache_size,
         bloom_bits: args.bloom_bits,
         l0_triggers: (
-            args.level0_file_num_compaction_trigger,
-            args.level0_slowdown_writes_trigger,
-            args.level0_stop_writes_trigger,
+            args.level0_file_num_compaction_trigger
+                .unwrap_or(scale.l0_triggers().0),
+            args.level0_slowdown_writes_trigger
+                .unwrap_or(scale.l0_triggers().1),
+            args.level0_stop_writes_trigger
+                .unwrap_or(scale.l0_triggers().2),
         ),
         delayed_write_rate_bytes_per_sec: args.delayed_write_rate,
         direct_io: args.use_direct_io_for_flush_and_compaction,
@@ -381,6 +459,12 @@ fn plan_from(args: &BenchArgs, configs: Vec<Config>, default_scale: Scale) -> Re
         keep_db: args.keep_db,
         statistics: args.statistics,
         json: args.json.clone(),
+        steady: args.steady_state.then_some(SteadyOptions {
+            factor: args.steady_factor,
+            max_ops: args.steady_max_ops,
+            ops: args.steady_ops,
+        }),
+        latency_target_us: args.latency_target_us,
     })
 }
 
@@ -459,6 +543,38 @@ mod tests {
     }
 
     #[test]
+    fn sweep_and_steady_flags() {
+        let cli = Cli::parse_from([
+            "tierkv-bench",
+            "--rate_sweep",
+            "0.8,0.2,0.5",
+            "--rate_of",
+            "each",
+            "--steady_state",
+            "--scale",
+            "vlsm-paper",
+        ]);
+        let config = Config::parse("fake").unwrap_or_else(|e| panic!("{e}"));
+        let plan =
+            plan_from(&cli.bench, vec![config], Scale::Tiny).unwrap_or_else(|e| panic!("{e}"));
+        match &plan.pacing {
+            Pacing::Sweep {
+                points,
+                base: SweepBase::Each,
+            } => assert_eq!(points, &[0.2, 0.5, 0.8]),
+            other => panic!("{other:?}"),
+        }
+        assert!(plan.steady.as_ref().is_some_and(|s| s.factor == 2.0));
+        assert_eq!(plan.setup.level_multiplier, 8);
+        assert_eq!(plan.setup.l1_size_bytes, 128 << 20);
+        let bad = Cli::parse_from(["tierkv-bench", "--rate_sweep", "0,1"]);
+        assert!(plan_from(&bad.bench, Vec::new(), Scale::Tiny).is_err());
+        assert!(
+            Cli::try_parse_from(["tierkv-bench", "--rate", "5", "--rate_sweep", "1,2"]).is_err()
+        );
+    }
+
+    #[test]
     fn main_job_runs_the_flagship_on_a_per_process_pm_dir() {
         let cli = Cli::parse_from(["tierkv-bench"]);
         assert!(cli.cmd.is_none());
@@ -469,6 +585,8 @@ mod tests {
         let dir = default_pm_dir();
         assert_eq!(plan.pm_base, dir);
         assert!(dir.parent().is_some_and(Path::is_dir));
+        assert!(plan.steady.is_none());
+        assert_eq!(plan.setup.level_multiplier, 10);
         assert_eq!(
             dir.file_name(),
             Some(std::ffi::OsStr::new(&format!(

@@ -33,5 +33,5 @@ pub use db::{
 };
 pub use error::{Error, Result};
 pub use iter::DbIterator;
-pub use options::{Options, PmBackend, Preset, WalPlacement, WalRecovery};
+pub use options::{NvAppend, NvRelink, Options, PmBackend, Preset, WalPlacement, WalRecovery};
 pub use sst::Compression;

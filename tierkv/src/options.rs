@@ -102,6 +102,29 @@ pub enum WalRecovery {
     PointInTime,
 }
 
+/// NV-Cache: how a list compaction treats the KV lists of the nodes it
+/// moves (design/nvcache/mod.rs, "Readings").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NvRelink {
+    /// The paper's: every moved node's `next`/`prev` words are rewritten to
+    /// the output's list order (16 bytes and a persist per node, reported
+    /// as PM relinked bytes).
+    Links,
+    /// Only the outputs' offset arrays are written: nothing reads the links
+    /// of a completed NVTable.
+    ArrayOnly,
+}
+
+/// NV-Cache: how the write path publishes the nodes of a committed group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NvAppend {
+    /// Pre-linked nodes, one persist of the group, one 8-byte publish.
+    Group,
+    /// The paper's transaction per insert: each node persisted and
+    /// published on its own (two persists per entry).
+    PerEntry,
+}
+
 /// Every option of the engine. Build with `Options::default()` and change fields.
 #[derive(Clone)]
 pub struct Options {
@@ -293,6 +316,36 @@ pub struct Options {
     /// over the chunk's offset array only.
     pub rangetab_hash_index: bool,
 
+    /// NV-Cache: PM bytes the cached levels may occupy (allocated pages:
+    /// offset arrays and every segment a table's nodes live in); the
+    /// lowest cached level evicts to SSD above it. 0 (the default, ours):
+    /// the PM tier minus `memtable_count_max` memtable logs and the write
+    /// path's and compactions' reserves.
+    pub nvcache_cache_bytes: u64,
+    /// NV-Cache: levels kept in PM, L0 included (at most `level_count` -
+    /// 1). 0 (the default, ours): down to the deepest level whose
+    /// cumulative target fits the cache, at least L0 and L1.
+    pub nvcache_pm_levels: usize,
+    /// NV-Cache: bytes of a segment, the unit NVTable nodes are appended
+    /// to and PM is freed in (a multiple of 4 KiB, 16 KiB..=64 MiB). 0 (the
+    /// default, ours): `memtable_size_bytes` / 16, between 16 KiB and 1 MiB.
+    pub nvcache_segment_bytes: u64,
+    /// NV-Cache: node bytes at which a list compaction cuts its output
+    /// NVTables. 0 (the default): `sst_size_bytes`; `u64::MAX`: one
+    /// unbounded output per compaction, as in the paper.
+    pub nvcache_table_bytes: u64,
+    /// NV-Cache: relink every moved node (the paper, the default) or write
+    /// only the offset arrays.
+    pub nvcache_relink: NvRelink,
+    /// NV-Cache: publish a committed group at once (the default) or entry
+    /// by entry (the paper's transaction per insert).
+    pub nvcache_append: NvAppend,
+    /// NV-Cache: a list compaction copies the nodes it keeps out of
+    /// segments whose live bytes fall under this percentage of their
+    /// capacity, so that those segments can be freed (ours; default 50,
+    /// 0 = never, as in the paper), 0..=100.
+    pub nvcache_copy_out_percent: u32,
+
     /// Split the key space into this many independent LSMs (vLSM's
     /// *regions*; the paper runs 4 to 256), 1..=256. They share one WAL and
     /// one seqno space (batches spanning regions stay atomic, snapshots are
@@ -376,6 +429,13 @@ impl Default for Options {
             rangetab_low_load_fraction: 0.1,
             rangetab_faithful_picker: false,
             rangetab_hash_index: true,
+            nvcache_cache_bytes: 0,
+            nvcache_pm_levels: 0,
+            nvcache_segment_bytes: 0,
+            nvcache_table_bytes: 0,
+            nvcache_relink: NvRelink::Links,
+            nvcache_append: NvAppend::Group,
+            nvcache_copy_out_percent: 50,
             regions: 1,
             region_boundaries: Vec::new(),
             fs: Arc::new(PosixFs::new()),
@@ -424,6 +484,13 @@ impl fmt::Debug for Options {
                 ),
             )
             .field("rangetab_hash_index", &self.rangetab_hash_index)
+            .field("nvcache_cache_bytes", &self.nvcache_cache_bytes)
+            .field("nvcache_pm_levels", &self.nvcache_pm_levels)
+            .field("nvcache_segment_bytes", &self.nvcache_segment_bytes)
+            .field("nvcache_table_bytes", &self.nvcache_table_bytes)
+            .field("nvcache_relink", &self.nvcache_relink)
+            .field("nvcache_append", &self.nvcache_append)
+            .field("nvcache_copy_out_percent", &self.nvcache_copy_out_percent)
             .field("regions", &self.regions)
             .field("region_boundaries", &self.region_boundaries.len())
             .field("block_cache_bytes", &self.block_cache_bytes)
@@ -680,6 +747,47 @@ impl Options {
             ));
         }
         self.tlsm.validate(self)?;
+        if self.design == Preset::NvCache {
+            if self.regions > 1 {
+                return bad(format!(
+                    "`regions` = {}: design `nvcache` keeps one log (its NVTable) per memtable and supports only 1 region",
+                    self.regions
+                ));
+            }
+            if self.wal == Some(WalPlacement::Ssd) {
+                return bad(
+                    "`wal` = Ssd: design `nvcache` writes no WAL (the NVTable in PM is the log); leave `wal` unset or Pm"
+                        .into(),
+                );
+            }
+        }
+        if self.nvcache_segment_bytes != 0
+            && (!self.nvcache_segment_bytes.is_multiple_of(4096)
+                || !((16 << 10)..=(64 << 20)).contains(&self.nvcache_segment_bytes))
+        {
+            return bad(format!(
+                "`nvcache_segment_bytes` = {} must be a multiple of 4 KiB between 16 KiB and 64 MiB (or 0)",
+                self.nvcache_segment_bytes
+            ));
+        }
+        if self.nvcache_pm_levels >= self.level_count {
+            return bad(format!(
+                "`nvcache_pm_levels` = {} must leave at least one SSD level below (`level_count` = {})",
+                self.nvcache_pm_levels, self.level_count
+            ));
+        }
+        if self.nvcache_table_bytes != 0 && self.nvcache_table_bytes < (64 << 10) {
+            return bad(format!(
+                "`nvcache_table_bytes` = {} must be at least 64 KiB (or 0)",
+                self.nvcache_table_bytes
+            ));
+        }
+        if self.nvcache_copy_out_percent > 100 {
+            return bad(format!(
+                "`nvcache_copy_out_percent` = {} must be at most 100",
+                self.nvcache_copy_out_percent
+            ));
+        }
         if self.pm_collector_threads > 64 {
             return bad(format!(
                 "`pm_collector_threads` = {} must be at most 64",

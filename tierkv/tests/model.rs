@@ -56,6 +56,15 @@ struct Setup {
     /// (false: the fallback, quantiles of the first flush, and binary
     /// search instead of the hash index).
     rangetab_bounds: bool,
+    /// nvcache: `Options::nvcache_cache_bytes` (0: the default).
+    nv_cache: u64,
+    /// nvcache: `Options::nvcache_pm_levels` (0: the default).
+    nv_levels: usize,
+    /// nvcache: the paper's readings (entry-by-entry appends, one
+    /// unbounded output per list compaction, no copy-out).
+    nv_paper: bool,
+    /// nvcache: `NvRelink::ArrayOnly`.
+    nv_array_only: bool,
 }
 
 impl Setup {
@@ -74,6 +83,10 @@ impl Setup {
             l0_batch: 1,
             tweak: |_| {},
             rangetab_bounds: true,
+            nv_cache: 0,
+            nv_levels: 0,
+            nv_paper: false,
+            nv_array_only: false,
         }
     }
 }
@@ -250,6 +263,20 @@ impl Harness {
                 o.rangetab_boundaries = (1..8).map(|i| key(self.setup.keys * i / 8)).collect();
             } else {
                 o.rangetab_hash_index = false;
+            }
+        }
+        if self.setup.design == Preset::NvCache {
+            // A cache small enough that evictions to SSD run all along.
+            o.l1_size_bytes = 256 << 10;
+            o.nvcache_cache_bytes = self.setup.nv_cache;
+            o.nvcache_pm_levels = self.setup.nv_levels;
+            if self.setup.nv_paper {
+                o.nvcache_append = tierkv::NvAppend::PerEntry;
+                o.nvcache_table_bytes = u64::MAX;
+                o.nvcache_copy_out_percent = 0;
+            }
+            if self.setup.nv_array_only {
+                o.nvcache_relink = tierkv::NvRelink::ArrayOnly;
             }
         }
         o
@@ -659,3 +686,7 @@ model_test!(tlsm_faithful_regions, Preset::Tlsm, pm_wal: true, seeds: &[72], reg
     tlsm_small_lists(o);
     o.tlsm.persist_order = tierkv::options::TlsmPersistOrder::Faithful;
 });
+model_test!(nvcache, Preset::NvCache, pm_wal: true, seeds: &[61, 62, 63, 64], keys: 2000, nv_cache: 384 << 10);
+model_test!(nvcache_background_only, Preset::NvCache, pm_wal: true, seeds: &[65, 66], keys: 2000, nv_cache: 384 << 10, compact_range: false);
+model_test!(nvcache_paper, Preset::NvCache, pm_wal: true, seeds: &[67, 68], keys: 2000, nv_cache: 384 << 10, nv_paper: true);
+model_test!(nvcache_array_only_3_levels, Preset::NvCache, pm_wal: true, seeds: &[69, 70], keys: 2000, nv_cache: 1 << 20, nv_levels: 3, nv_array_only: true);

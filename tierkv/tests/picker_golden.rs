@@ -61,6 +61,17 @@
 //! PM. `pick rate=R peak=P flushing=1 gen=G` gives the load figures, a
 //! flush in flight and the version generation (step 3's seed); `apply` of
 //! a RangeTab merge also resets the merged buffers to init.
+//!
+//! NV-Cache (`define design=nvcache`, with `pm=`, `mem=`, `cache=` the
+//! cache budget, `pm_levels=`): tables of the PM levels (L0..=K) are
+//! NVTable metadata, `lo-hi[@seq][:size][/s1+s2+…]` — the named segments
+//! (`sN` is a 64-page run, shared by every table that names it) after the
+//! table's own one-page array run; the picker reads nothing else. `nv`
+//! prints K, the cache budget and the cache's allocated and live bytes;
+//! `pick free=SIZE` passes the free PM the engine would see; `apply` of a
+//! task into a PM level makes one NVTable per key-connected group listing
+//! every segment its inputs listed (a list compaction moves nodes, not
+//! data), and into SSD one SST.
 //! Regenerate expected outputs with `TIERKV_REGENERATE=1 cargo test --test picker_golden`.
 
 use std::collections::HashSet;
@@ -72,6 +83,7 @@ use tierkv::compaction::vsst::VsstParams;
 use tierkv::design::container::rowtable::{self, BuildParams, PageSource, RowTable};
 use tierkv::design::container::{side_edit, victim_windows, Container, ContainerState, SidePlan};
 use tierkv::design::matrix::Matrix;
+use tierkv::design::nvcache::NvCache;
 use tierkv::design::rangetab::layout::{
     buffer_tag, BufferRecord, Layout, RtView, Source, State, LAYOUT_TAG,
 };
@@ -147,6 +159,8 @@ struct Script {
     ctx: Arc<TableContext>,
     /// The RangeTab layout of a `design=rangetab` script.
     rt: Option<Arc<Layout>>,
+    /// NV-Cache under test (its PM levels hold NVTable metadata).
+    nv: Option<Arc<NvCache>>,
 }
 
 /// Base-26 value of a lowercase key.
@@ -209,6 +223,7 @@ impl Script {
             next_id: 1,
             ctx: Self::fresh_ctx(),
             rt: None,
+            nv: None,
         }
     }
 
@@ -285,6 +300,47 @@ impl Script {
         }
         let _ = writeln!(s, " avg={:.2}", average_ratio(&rt));
         s
+    }
+
+    /// True if `level` holds NVTables (NV-Cache's PM levels).
+    fn nv_level(&self, level: usize) -> bool {
+        self.nv
+            .as_ref()
+            .is_some_and(|d| level <= d.shape().lowest_pm)
+    }
+
+    /// An NVTable's metadata from `lo-hi[@seq][:size][/s1+s2+…]`.
+    fn nv_table(&mut self, spec: &str) -> Arc<TableHandle> {
+        let (spec, segs) = match spec.split_once('/') {
+            Some((t, s)) => (t, s),
+            None => (spec, ""),
+        };
+        let t = self.table(spec);
+        let mut meta = t.meta.clone();
+        drop(t);
+        meta.tier = Tier::Pm;
+        meta.format = TableFormat::NvTable;
+        meta.entries = (meta.size_bytes / 1024).max(1);
+        meta.pm_pages = vec![PageRun {
+            first: 100_000 + meta.id,
+            count: 1,
+        }];
+        for seg in segs.split('+').filter(|s| !s.is_empty()) {
+            let n: u64 = seg.trim_start_matches('s').parse().expect("segment sN");
+            meta.pm_pages.push(PageRun {
+                first: 1000 + 64 * n,
+                count: 64,
+            });
+        }
+        TableHandle::new(meta, Arc::clone(&self.ctx))
+    }
+
+    fn segment_names(t: &TableHandle) -> String {
+        t.meta.pm_pages[1..]
+            .iter()
+            .map(|r| format!("s{}", (r.first - 1000) / 64))
+            .collect::<Vec<_>>()
+            .join("+")
     }
 
     fn fresh_ctx() -> Arc<TableContext> {
@@ -443,7 +499,9 @@ impl Script {
                     t.meta.seq_max,
                     fmt_size(t.meta.size_bytes)
                 );
-                if t.meta.tier == Tier::Pm {
+                if t.meta.format == TableFormat::NvTable {
+                    let _ = write!(s, "/{}", Self::segment_names(t));
+                } else if t.meta.tier == Tier::Pm {
                     let _ = write!(s, "/{}runs", t.meta.pm_pages.len());
                 }
             }
@@ -566,6 +624,8 @@ impl Script {
                         "mu" => o.rangetab_mu = v.parse().expect("x"),
                         "gamma" => o.rangetab_gamma = v.parse().expect("x"),
                         "faithful" => o.rangetab_faithful_picker = *v == "1",
+                        "cache" => o.nvcache_cache_bytes = parse_size(v),
+                        "pm_levels" => o.nvcache_pm_levels = v.parse().expect("n"),
                         other => panic!("unknown define option {other}"),
                     }
                 }
@@ -573,7 +633,19 @@ impl Script {
                 self.pm = None;
                 self.tlsm = None;
                 self.rt = None;
-                if o.design == Preset::Tlsm {
+                self.nv = None;
+                if o.design == Preset::NvCache {
+                    if !args.iter().any(|(k, _)| *k == "mem") {
+                        o.memtable_size_bytes = 4 << 20;
+                    }
+                    let sim: Arc<dyn PmRegion> = Arc::new(SimRegion::new(pm_bytes as usize));
+                    o.pm_region = Some(Arc::clone(&sim));
+                    o.pm_size_bytes = pm_bytes;
+                    let tier = Arc::new(PmTier::open(sim, false).expect("PM tier"));
+                    let d = Arc::new(NvCache::new(&o, tier).expect("design"));
+                    self.design = Arc::clone(&d) as Arc<dyn Design>;
+                    self.nv = Some(d);
+                } else if o.design == Preset::Tlsm {
                     if !args.iter().any(|(k, _)| *k == "mem") {
                         o.memtable_size_bytes = 400 << 10;
                     }
@@ -653,7 +725,11 @@ impl Script {
                             self.version.levels[0].push(t);
                             continue;
                         }
-                        let t = self.table(spec);
+                        let t = if self.nv_level(level) {
+                            self.nv_table(spec)
+                        } else {
+                            self.table(spec)
+                        };
                         self.version.levels[level].push(t);
                     }
                 }
@@ -698,6 +774,9 @@ impl Script {
                             "cap" => cx.pm_capacity_bytes = Some(parse_size(v)),
                             other => panic!("unknown pick option {other}"),
                         }
+                    }
+                    if cx.pm_free_bytes.is_some() && cx.pm_capacity_bytes.is_none() {
+                        cx.pm_capacity_bytes = Some(self.opts.pm_size_bytes);
                     }
                     self.design.pick(&self.version, &cx)
                 };
@@ -862,6 +941,29 @@ impl Script {
                     for t in all {
                         self.version.levels[task.output_level].push(t);
                     }
+                } else if self.nv_level(task.output_level) {
+                    // A list compaction: the outputs list the inputs' segments.
+                    for (lo, hi, bytes, seq) in groups {
+                        let segs: std::collections::BTreeSet<u64> = all
+                            .iter()
+                            .filter(|t| {
+                                t.smallest_user_key() <= hi.as_slice()
+                                    && t.largest_user_key() >= lo.as_slice()
+                            })
+                            .flat_map(|t| {
+                                t.meta.pm_pages[1..].iter().map(|r| (r.first - 1000) / 64)
+                            })
+                            .collect();
+                        let names: Vec<String> = segs.iter().map(|n| format!("s{n}")).collect();
+                        let spec = format!(
+                            "{}-{}@{seq}:{bytes}/{}",
+                            String::from_utf8_lossy(&lo),
+                            String::from_utf8_lossy(&hi),
+                            names.join("+")
+                        );
+                        let t = self.nv_table(&spec);
+                        self.version.levels[task.output_level].push(t);
+                    }
                 } else {
                     for (lo, hi, bytes, seq) in groups {
                         let spec = format!(
@@ -914,6 +1016,28 @@ impl Script {
                 format!("{:?}\n", self.design.write_control(&self.version, imm))
             }
             "debt" => format!("{}\n", self.design.debt(&self.version)),
+            "nv" => {
+                let d = self.nv.as_ref().expect("design=nvcache");
+                let sh = d.shape();
+                let (alloc, live) = sh.cache_usage(&self.version);
+                // Exact to the KiB where a MiB would round.
+                let exact = |b: u64| {
+                    if b.is_multiple_of(1 << 20) {
+                        fmt_size(b)
+                    } else {
+                        format!("{}K", b >> 10)
+                    }
+                };
+                format!(
+                    "K={} cache={} allocated={} live={} reserve={} segment={}\n",
+                    sh.lowest_pm,
+                    exact(sh.cache_bytes),
+                    exact(alloc),
+                    exact(live),
+                    exact(sh.write_reserve_bytes),
+                    exact(d.segment_bytes())
+                )
+            }
             other => panic!("unknown command {other}"),
         }
     }

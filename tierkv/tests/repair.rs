@@ -295,7 +295,7 @@ fn repair_of_a_directory_without_a_database_is_refused() {
 /// anything changes: rebuilding without them would drop their data.
 #[test]
 fn repair_refuses_designs_whose_pm_structures_it_cannot_read() {
-    for design in [Preset::Tlsm, Preset::RangeTab] {
+    for design in [Preset::Tlsm, Preset::RangeTab, Preset::NvCache] {
         let fs = MemFs::new();
         let sim = Arc::new(SimRegion::new(PM_BYTES));
         let db = Db::open(dir(), options(design, &fs, Some(&sim), 1)).expect("open");

@@ -40,7 +40,9 @@
 //!   PM reads and is taken out of the SSD reads (user reads of L0 files still
 //!   count as SSD reads: the ticker does not split them by path).
 //! - level shape: `DB::live_files`, the tier of each file found by whether
-//!   it exists in the PM directory.
+//!   it exists in the PM directory; level targets from the options
+//!   ([`level_targets`]) and `rocksdb.estimate-pending-compaction-bytes`,
+//!   for the compaction debt.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -50,7 +52,7 @@ use rocksdb::{BlockBasedOptions, Cache, DBCompressionType, DBPath, Options, Writ
 
 use super::{
     CompactionEvent, Engine, EngineSetup, EngineStats, FlushEvent, LevelBytes, LevelShape,
-    StallStats,
+    LevelTargets, StallStats,
 };
 use crate::error::{io_err, Error, Result};
 
@@ -76,6 +78,7 @@ pub struct RocksEngine {
     opened: Instant,
     opened_wall_us: u64,
     l0_trigger: String,
+    targets: LevelTargets,
     _cache: Cache,
 }
 
@@ -104,7 +107,7 @@ impl RocksEngine {
         opts.set_max_write_buffer_number(setup.memtable_count as i32);
         opts.set_target_file_size_base(setup.sst_size_bytes);
         opts.set_max_bytes_for_level_base(setup.l1_size_bytes);
-        opts.set_max_bytes_for_level_multiplier(10.0);
+        opts.set_max_bytes_for_level_multiplier(setup.level_multiplier as f64);
         opts.set_max_background_jobs(setup.background_jobs as i32);
         opts.set_level_zero_file_num_compaction_trigger(setup.l0_triggers.0 as i32);
         opts.set_level_zero_slowdown_writes_trigger(setup.l0_triggers.1 as i32);
@@ -168,6 +171,7 @@ impl RocksEngine {
             opened,
             opened_wall_us,
             l0_trigger: setup.l0_triggers.0.to_string(),
+            targets: level_targets(setup),
             _cache: cache,
         })
     }
@@ -195,6 +199,39 @@ impl RocksEngine {
             .collect();
         v.sort_by(|a, b| (a.level, &a.tier).cmp(&(b.level, &b.tier)));
         Ok(v)
+    }
+}
+
+/// The targets RocksDB's leveled picker scores levels against, with
+/// `level_compaction_dynamic_level_bytes` off (7.8.3's default): L1 =
+/// `max_bytes_for_level_base`, × `max_bytes_for_level_multiplier` per level
+/// (RocksDB's 7 levels), and L0 at `level0_file_num_compaction_trigger`
+/// files (bytes: that many memtables).
+pub fn level_targets(setup: &EngineSetup) -> LevelTargets {
+    let mut bytes = vec![setup.l0_triggers.0 as u64 * setup.memtable_size_bytes];
+    let mut t = setup.l1_size_bytes;
+    for _ in 1..7 {
+        bytes.push(t);
+        t = t.saturating_mul(setup.level_multiplier.max(1));
+    }
+    LevelTargets {
+        l0_files: Some(setup.l0_triggers.0 as u64),
+        bytes,
+    }
+}
+
+impl RocksEngine {
+    fn int_property(&self, name: &str) -> Result<Option<u64>> {
+        self.db.property_int_value(name).map_err(rerr)
+    }
+
+    /// Levels from `live_files` (L0's count is `rocksdb.num-files-at-level0`'s:
+    /// both read the current version) and
+    /// `rocksdb.estimate-pending-compaction-bytes`.
+    fn debt_shape(&self) -> Result<(Vec<LevelShape>, Option<u64>)> {
+        let levels = self.levels()?;
+        let pending = self.int_property("rocksdb.estimate-pending-compaction-bytes")?;
+        Ok((levels, pending))
     }
 }
 
@@ -424,6 +461,7 @@ impl Engine for RocksEngine {
         } else {
             (wal + flush + comp_w, 0, read)
         };
+        let (levels, pending) = self.debt_shape()?;
         let (count, _, max_us) = st
             .histograms
             .get("rocksdb.db.write.stall")
@@ -444,7 +482,22 @@ impl Engine for RocksEngine {
             },
             flushes,
             compactions,
-            levels: self.levels()?,
+            levels,
+            regions: Vec::new(),
+            targets: Some(self.targets.clone()),
+            pending_compaction_bytes: pending,
+            design_counters: Vec::new(),
+        })
+    }
+
+    fn shape(&self) -> Result<EngineStats> {
+        let (levels, pending) = self.debt_shape()?;
+        Ok(EngineStats {
+            uptime_s: self.opened.elapsed().as_secs_f64(),
+            levels,
+            targets: Some(self.targets.clone()),
+            pending_compaction_bytes: pending,
+            ..EngineStats::default()
         })
     }
 
@@ -512,6 +565,14 @@ mod tests {
         );
         assert!(st.stall.seconds > 0.0, "tight L0 triggers stall writes");
         assert!(!st.compactions.is_empty() && !st.flushes.is_empty());
+        // The debt's inputs: targets from the options, the pending estimate.
+        let t = st.targets.clone().unwrap_or_default();
+        assert_eq!(t.l0_files, Some(2));
+        assert_eq!(&t.bytes[..3], &[2 << 20, 4 << 20, 40 << 20]);
+        let shape = e.shape().unwrap_or_else(|e| panic!("{e}"));
+        assert!(shape.pending_compaction_bytes.is_some());
+        assert!(!shape.levels.is_empty());
+        assert!(crate::metrics::debt_of(&shape).is_some());
         Box::new(e).close().unwrap_or_else(|e| panic!("{e}"));
     }
 

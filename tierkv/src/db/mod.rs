@@ -399,8 +399,12 @@ impl Db {
     /// `tierkv.tables` (one line per table: level, id, tier, size, smallest
     /// and largest user key; prefixed by `R<region> ` with several
     /// regions), `tierkv.num-files-at-level<N>`, `tierkv.last-sequence`,
-    /// `tierkv.design`, `tierkv.regions` (one line per region: its tables
-    /// per level); `None` for unknown names. Level counts and sizes are
+    /// `tierkv.design`, `tierkv.design-stats` (the design's own figures,
+    /// `Design::stats`, one `name: value` a line; `None` if it has none),
+    /// `tierkv.regions` (one line per region: its tables per level),
+    /// `tierkv.level-targets` (one region's target per level, as the design
+    /// scores levels: `L0: 4 tables`, `L1: 268435456 bytes`, …; absent when
+    /// the design reports none); `None` for unknown names. Level counts and sizes are
     /// totals over the regions.
     pub fn property(&self, name: &str) -> Option<String> {
         self.inner.property(name)

@@ -5,14 +5,17 @@
 //! 2. Map the PM tier (if any) and build the design, which registers how
 //!    its PM tables are read (`Design::install`).
 //! 3. Read the MANIFEST (`VersionSet::recover`), or create one.
-//! 4. The design's recovery hook (`Design::recover`): its edits are
-//!    applied before anything else changes.
-//! 5. Reconcile the PM allocator with what the database references: every
-//!    table's runs, every live PM WAL's extents, and the runs the design
-//!    declares (`Design::live_pm_runs`); every other page goes back before
-//!    anything allocates.
+//! 4. Reconcile the PM allocator with what the database references: every
+//!    table's runs (a run several tables list counted once), every live PM
+//!    WAL's extents, and the runs the design declares
+//!    (`Design::live_pm_runs`); every other page goes back before anything
+//!    allocates.
+//! 5. The design's recovery hook (`Design::recover`), on that clean
+//!    allocator: its edits are applied before anything else changes, the
+//!    allocator is reconciled again (what the hook's edits retired goes
+//!    back), and the engine's last seqno covers every table they added.
 //! 6. Replay the engine's WALs the MANIFEST does not cover into tables
-//!    (a design-owned log is the design's to adopt in step 4).
+//!    (a design-owned log is the design's to adopt in step 5).
 //! 7. Start a new log; one MANIFEST record adds the replayed tables and
 //!    retires the replayed logs, so a crash during replay replays the same
 //!    logs again instead of duplicating them.
@@ -149,6 +152,12 @@ pub(super) fn open(
         .lock()
         .retain(|m| m.tier != Tier::Pm);
 
+    // Pages a crash left allocated but unrecorded go back before anything
+    // allocates (the PM tier may be nearly full), the recovery hook
+    // included.
+    if let Some(pm) = &pm {
+        reconcile(pm, &versions, pm_wals.as_ref(), design.as_ref())?;
+    }
     // The design's recovery step, before anything else changes.
     let edits = {
         let env = JobEnv {
@@ -162,25 +171,26 @@ pub(super) fn open(
         };
         design.recover(&env)?
     };
+    let hook_edits = !edits.is_empty();
     for e in edits {
         versions.log_and_apply(e, recovered.last_seqno)?;
     }
-    // Tables the hook adopted may hold seqnos past the MANIFEST's last.
-    let adopted_seq = versions
+    // Tables the hook adopted (an adopted log) may hold seqnos the
+    // MANIFEST never recorded: new writes must not reuse them.
+    let in_tables = versions
         .current_all()
         .iter()
-        .flat_map(|v| v.levels.iter().flatten().map(|t| t.meta.seq_max))
+        .flat_map(|v| v.levels.iter().flatten())
+        .map(|t| t.meta.seq_max)
         .max()
         .unwrap_or(0);
-    let recovered = Recovered {
-        last_seqno: recovered.last_seqno.max(adopted_seq),
-        ..recovered
-    };
-
-    // Pages a crash left allocated but unrecorded go back before replay
-    // allocates (the PM tier may be nearly full).
-    if let Some(pm) = &pm {
-        reconcile(pm, &versions, pm_wals.as_ref(), design.as_ref())?;
+    let mut recovered = recovered;
+    recovered.last_seqno = recovered.last_seqno.max(in_tables);
+    // What the hook's edits retired goes back before replay allocates.
+    if hook_edits {
+        if let Some(pm) = &pm {
+            reconcile(pm, &versions, pm_wals.as_ref(), design.as_ref())?;
+        }
     }
     // Replay the WALs the manifest does not cover.
     let replay = Replay::run(
@@ -286,7 +296,7 @@ pub(super) fn open(
     Ok(inner)
 }
 
-/// Rebuilds the PM allocator from what the database references (step 5):
+/// Rebuilds the PM allocator from what the database references (step 4):
 /// every table's runs, every live PM WAL's extents, the design's own runs.
 fn reconcile(
     pm: &PmTier,
@@ -318,8 +328,9 @@ fn reconcile(
         (None, _) => {}
     }
     live.extend(design.live_pm_runs(&current, &listed)?);
-    // A run a design declares may also be listed by its tables (RangeKV's
-    // buffers): count it once.
+    // A run several live tables list (a segment of nodes shared by the
+    // tables of an NV-Cache level), or a table and the design (RangeKV's
+    // buffers), is one run.
     live.sort_unstable();
     live.dedup();
     pm.reconcile(&live)

@@ -35,17 +35,22 @@
 //! * **[`Design::install`]** registers, before recovery reads any table,
 //!   how the design's PM tables are opened and read (`TableContext`).
 //! * **[`Design::recover`]**, the recovery hook: called once at open after
-//!   the MANIFEST is read and before the engine reconciles the PM
-//!   allocator and replays logs. The design may inspect its PM structures
-//!   and return edits (a resumed compaction, an adopted log); the engine
-//!   applies them, in order, before anything else changes. It must be
-//!   idempotent: a crash before its edits are durable repeats it.
+//!   the MANIFEST is read and the PM allocator reconciled with it (so the
+//!   hook may allocate: pages a crash leaked are free again), before logs
+//!   are replayed. The design may inspect its PM structures and return
+//!   edits (a resumed compaction, an adopted log); the engine applies
+//!   them, in order, before anything else changes, then reconciles the
+//!   allocator again and raises its last seqno to cover every table the
+//!   edits added (an adopted log holds seqnos no MANIFEST record saw). It
+//!   must be idempotent: a crash before its edits are durable repeats it.
 //! * **[`Design::live_pm_runs`]**: PM the design owns beyond the page runs
 //!   its tables list in `meta.pm_pages` (an arena being filled, buffers
 //!   kept between merges, the slot page of an in-flight job, the logs the
 //!   MANIFEST lists for a design-owned log). The engine counts them live
 //!   when it rebuilds the allocator at open (`PmTier::reconcile`); every
 //!   page neither a table, an engine PM WAL nor this list names is freed.
+//!   A run listed by several tables (or by a table and this list) counts
+//!   once; runs that overlap without being equal are an error.
 //!   It is an open-time hook: it may rebuild the design's own indexes
 //!   (TLSM's buffer reference counts) and is never called while jobs run.
 //! * **[`Design::retained_pm_runs`]**: runs the design keeps allocated
@@ -65,7 +70,8 @@
 //! * **[`Design::stats`]**: named figures the design measures beside the
 //!   engine's (e.g. PM space amplification of shared buffers), given every
 //!   region's current version; shown in `Stats::design` and under
-//!   "** Design **" in `tierkv.stats`. It must be cheap (it runs at every
+//!   "** Design **" in `tierkv.stats`, and alone, one `name: value` a
+//!   line, by `Db::property("tierkv.design-stats")`. It must be cheap (it runs at every
 //!   `Db::stats`) and must not block on background work. The default: none.
 //! * **WAL replay** calls [`Design::flush`] once per replayed memtable,
 //!   each against the version the earlier replayed flushes made (chained
@@ -73,6 +79,9 @@
 //!   (`VersionEdit::compose`) in one manifest record: a flush may re-list
 //!   or delete tables and write design records in replay as at run time.
 //!   No background job runs during replay.
+//! * **[`Design::level_targets`]**, for measurement only: the target of
+//!   each level as the picker scores it (so compaction debt is measured,
+//!   not assumed). It changes nothing the engine does.
 //! * **[`Design::log`]**, a design-owned log: `None` (the default) gives
 //!   the engine's WAL (on PM when the PM tier holds it, else on SSD). A
 //!   design whose flush target *is* the log (NV-Cache's NVTable) returns a
@@ -89,6 +98,7 @@
 //!   (`MemTable::log_number`; e.g. its pages become the new table's
 //!   `pm_pages`), its `recover` adopts the logs a crash left listed, and
 //!   its `live_pm_runs` declares the pages of the listed logs.
+//!
 //! # Rules every design keeps
 //!
 //! 1. A table's metadata never changes under its id: a PM table that grows
@@ -108,6 +118,7 @@ pub mod container;
 pub mod inspect;
 pub mod leveled;
 pub mod matrix;
+pub mod nvcache;
 pub mod rangetab;
 pub mod tlsm;
 pub mod triangle;
@@ -120,6 +131,7 @@ use std::sync::Arc;
 use crate::error::Result;
 use crate::memtable::MemTable;
 use crate::options::{Options, Preset};
+pub use crate::stats::LevelTargets;
 use crate::stats::StallCause;
 use crate::storage::alloc::PageRun;
 use crate::storage::pm::PmTier;
@@ -489,6 +501,15 @@ pub trait Design: Send + Sync {
     /// delayed write rate on it): L0 files plus pending compaction bytes in MB.
     fn debt(&self, v: &Version) -> u64;
 
+    /// The level shape the design's picker works to, for one region at
+    /// version `v` (its level count): what the compaction debt is measured
+    /// against (`Stats::level_targets`, `tierkv.level-targets`). `None`
+    /// (the default): the design does not say.
+    fn level_targets(&self, v: &Version) -> Option<LevelTargets> {
+        let _ = v;
+        None
+    }
+
     /// Input bytes per level of a task, for stats. The default sums the
     /// input tables; a design whose tasks take only part of a table (a key
     /// range of PM rows) reports what it really reads.
@@ -521,8 +542,6 @@ pub fn build(opts: &Options, pm: Option<Arc<PmTier>>) -> Result<Arc<dyn Design>>
         Preset::Vlsm => Ok(Arc::new(vlsm::Vlsm::new(opts))),
         Preset::Tlsm => Ok(Arc::new(tlsm::Tlsm::new(opts, need_pm(pm)?)?)),
         Preset::RangeTab => Ok(Arc::new(rangetab::rangetab(opts, need_pm(pm)?)?)),
-        other => Err(crate::Error::InvalidOptions(format!(
-            "design `{other}` is not available in this build of tierkv (available: classic, matrix, rangetab, tlsm, triangle, vlsm)"
-        ))),
+        Preset::NvCache => Ok(Arc::new(nvcache::nvcache(opts, need_pm(pm)?)?)),
     }
 }

@@ -1841,6 +1841,16 @@ impl<D: Drain> Design for ContainerDesign<D> {
         Container::container_bytes(v) >> 20
     }
 
+    fn level_targets(&self, v: &Version) -> Option<crate::design::LevelTargets> {
+        // L0 is the container, compacted past its limit; L1+ are leveled.
+        Some(leveled::level_targets(
+            v,
+            None,
+            self.c.cfg.limit_bytes,
+            |l| self.c.leveled.level_target_bytes(l),
+        ))
+    }
+
     fn task_input_bytes(&self, task: &Task) -> Vec<(usize, u64)> {
         Container::task_input_bytes(task)
     }
