@@ -23,9 +23,9 @@
 #
 # Scale (environment, defaults at scale / with --short):
 #   MODEL_OPS=1000000/20000  KILLS=100/3  SOAK_SECS=600/5
-#   CORRUPTION=full/sampled  SOAK_DESIGNS=classic,vlsm,triangle,matrix,rangetab,tlsm
+#   CORRUPTION=full/sampled  SOAK_DESIGNS=classic,vlsm,triangle,matrix,rangetab,tlsm,nvcache
 #   MODEL_TESTS="classic_ssd_wal classic_pm_wal vlsm_ssd_wal triangle_pm_wal matrix_pm_wal
-#                rangetab_pm_wal tlsm_full_lru"
+#                rangetab_pm_wal tlsm_full_lru nvcache"
 # Logs: $LOG_DIR (default target/campaigns/<date>), one file per campaign.
 # Exit status: 0 if every campaign passed.
 set -uo pipefail
@@ -47,8 +47,8 @@ if [ "$short" = 1 ]; then
 else
   : "${MODEL_OPS:=1000000}" "${KILLS:=100}" "${SOAK_SECS:=600}" "${CORRUPTION:=full}"
 fi
-: "${SOAK_DESIGNS:=classic,vlsm,triangle,matrix,rangetab,tlsm}"
-: "${MODEL_TESTS:=classic_ssd_wal classic_pm_wal vlsm_ssd_wal triangle_pm_wal matrix_pm_wal rangetab_pm_wal tlsm_full_lru}"
+: "${SOAK_DESIGNS:=classic,vlsm,triangle,matrix,rangetab,tlsm,nvcache}"
+: "${MODEL_TESTS:=classic_ssd_wal classic_pm_wal vlsm_ssd_wal triangle_pm_wal matrix_pm_wal rangetab_pm_wal tlsm_full_lru nvcache}"
 : "${LOG_DIR:=target/campaigns/$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$LOG_DIR"
 

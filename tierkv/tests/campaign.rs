@@ -64,11 +64,12 @@ struct DesignCase {
 
 /// One line per design: a test `campaign_<name>` and its case.
 macro_rules! designs {
-    ($($test:ident: $case:expr,)*) => {
+    ($($(#[$attr:meta])* $test:ident: $case:expr,)*) => {
         /// Every design under the campaign.
         #[allow(dead_code)]
         const DESIGNS: &[DesignCase] = &[$($case),*];
         $(
+            $(#[$attr])*
             #[test]
             fn $test() {
                 campaign($case);
@@ -85,6 +86,12 @@ designs! {
     campaign_matrix: DesignCase { name: "matrix", preset: Preset::Matrix, pm: true, wal_on_pm: true, locate: pm_container },
     campaign_rangetab: DesignCase { name: "rangetab", preset: Preset::RangeTab, pm: true, wal_on_pm: true, locate: pm_pages },
     campaign_tlsm: DesignCase { name: "tlsm", preset: Preset::Tlsm, pm: true, wal_on_pm: true, locate: pm_pages },
+    // Finds silent wrong answers: a byte changed or a page zeroed in the
+    // NVTables (5 to 7 of ~160 sampled copies: a deleted key back in a
+    // scan, a wrong value for a key) opens and reads with Ok. For nvcache's
+    // format to answer; run with `-- --ignored campaign_nvcache`.
+    #[ignore = "silent wrong answers after damage to NVTable pages (nvcache's format)"]
+    campaign_nvcache: DesignCase { name: "nvcache", preset: Preset::NvCache, pm: true, wal_on_pm: true, locate: pm_pages },
 }
 
 /// Where a structure lives.

@@ -84,6 +84,11 @@ const CASES: &[Case] = &[
         preset: Preset::Tlsm,
         pm: true,
     },
+    Case {
+        name: "nvcache",
+        preset: Preset::NvCache,
+        pm: true,
+    },
 ];
 
 fn case_named(name: &str) -> Case {
@@ -327,4 +332,9 @@ fn kill_rangetab() {
 #[test]
 fn kill_tlsm() {
     run_cycles(case_named("tlsm"));
+}
+
+#[test]
+fn kill_nvcache() {
+    run_cycles(case_named("nvcache"));
 }
