@@ -641,7 +641,7 @@ impl Script {
                     let sim: Arc<dyn PmRegion> = Arc::new(SimRegion::new(pm_bytes as usize));
                     o.pm_region = Some(Arc::clone(&sim));
                     o.pm_size_bytes = pm_bytes;
-                    let tier = Arc::new(PmTier::open(sim).expect("PM tier"));
+                    let tier = Arc::new(PmTier::open(sim, false).expect("PM tier"));
                     let d = Arc::new(NvCache::new(&o, tier).expect("design"));
                     self.design = Arc::clone(&d) as Arc<dyn Design>;
                     self.nv = Some(d);
@@ -652,7 +652,7 @@ impl Script {
                     let sim: Arc<dyn PmRegion> = Arc::new(SimRegion::new(pm_bytes as usize));
                     o.pm_region = Some(Arc::clone(&sim));
                     o.pm_size_bytes = pm_bytes;
-                    let tier = Arc::new(PmTier::open(sim).expect("PM tier"));
+                    let tier = Arc::new(PmTier::open(sim, false).expect("PM tier"));
                     let t = Arc::new(Tlsm::new(&o, tier).expect("tlsm"));
                     t.install(&self.ctx);
                     self.tlsm = Some(Arc::clone(&t));
@@ -662,7 +662,7 @@ impl Script {
                     let sim: Arc<dyn PmRegion> = Arc::new(SimRegion::new(pm_bytes as usize));
                     o.pm_region = Some(Arc::clone(&sim));
                     o.pm_size_bytes = pm_bytes;
-                    let tier = Arc::new(PmTier::open(sim).expect("PM tier"));
+                    let tier = Arc::new(PmTier::open(sim, false).expect("PM tier"));
                     let d = Arc::new(RangeTab::new(&o, tier).expect("design"));
                     d.install(&self.ctx);
                     self.design = d;
@@ -686,7 +686,7 @@ impl Script {
                     o.pm_region = Some(sim);
                     o.pm_size_bytes = pm_bytes;
                     let region = Arc::clone(o.pm_region.as_ref().expect("sim region"));
-                    let tier = Arc::new(PmTier::open(region).expect("PM tier"));
+                    let tier = Arc::new(PmTier::open(region, false).expect("PM tier"));
                     let (pmd, d): (PmDesign, Arc<dyn Design>) = match o.design {
                         Preset::Triangle => {
                             let t = Arc::new(Triangle::new(&o, Arc::clone(&tier)).expect("design"));

@@ -692,6 +692,12 @@ impl Container {
             let t: Arc<dyn crate::iter::TableReader> = rows.get(meta)?;
             Ok(t)
         }));
+        let _ = ctx
+            .design_record_check
+            .set(Box::new(|tag: u32, bytes: &[u8]| match tag {
+                CONTAINER_TAG => ContainerState::decode(bytes).map(|_| ()),
+                _ => Ok(()),
+            }));
         let rows = Arc::clone(&self.rows);
         let hints = self.cfg.hints;
         let _ = ctx

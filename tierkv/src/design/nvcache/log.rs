@@ -670,7 +670,7 @@ mod tests {
 
     fn space(bytes: usize) -> (Arc<SimRegion>, Arc<Space>) {
         let sim = Arc::new(SimRegion::new(bytes));
-        let tier = Arc::new(PmTier::open(Arc::clone(&sim) as Arc<dyn PmRegion>).unwrap());
+        let tier = Arc::new(PmTier::open(Arc::clone(&sim) as Arc<dyn PmRegion>, false).unwrap());
         let space = Arc::new(Space {
             region: Arc::clone(&sim) as Arc<dyn PmRegion>,
             tier,

@@ -1389,7 +1389,7 @@ mod tests {
     fn worked_example() {
         let sim = Arc::new(SimRegion::new(64 << 10));
         let region: Arc<dyn PmRegion> = sim.clone();
-        let tier = Arc::new(PmTier::open(Arc::clone(&region)).unwrap());
+        let tier = Arc::new(PmTier::open(Arc::clone(&region), false).unwrap());
         let mem = Arc::new(MemTable::new(0));
         mem.add(7, Kind::Put, b"apple", b"red");
         mem.add(5, Kind::Put, b"apple", b"green");
