@@ -6,11 +6,15 @@
 //! naming the option.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
+use tierkv::design::tlsm::Tlsm;
+use tierkv::design::Design;
 use tierkv::options::{TlsmPolicy, TlsmVariant};
 use tierkv::storage::mem::MemFs;
+use tierkv::storage::pm::PmTier;
 use tierkv::storage::sim::SimRegion;
+use tierkv::storage::PmRegion;
 use tierkv::{Db, Error, Options, Preset, ReadOptions, WalPlacement};
 
 fn opts(tweak: impl FnOnce(&mut Options)) -> Options {
@@ -276,4 +280,83 @@ fn invalid_options_are_refused_naming_the_option() {
         },
         "PM tier",
     );
+}
+
+/// A `ps`/`ps_bac` flush into fragmented PM whose first node does not fit
+/// after the head: the list's first node run holds only the head and a
+/// run marker. The run must stay allocated while the list lives, across
+/// reopens too: an open's reconcile frees every page no table, WAL or
+/// design names, and the flushes after it reuse what was freed (a
+/// regression test: that run was in neither the list's `pm_pages` nor its
+/// data runs, so a reopen freed it and the next flush overwrote the head).
+#[test]
+fn ps_list_whose_first_node_run_holds_only_the_head_survives_reopen() {
+    for variant in [TlsmVariant::Ps, TlsmVariant::PsBac] {
+        let fs = MemFs::new();
+        let sim = Arc::new(SimRegion::new(8 << 20));
+        let o = || {
+            opts(|o| {
+                o.fs = Arc::new(fs.clone());
+                o.pm_region = Some(Arc::clone(&sim) as Arc<dyn PmRegion>);
+                o.pm_size_bytes = 8 << 20;
+                o.wal = Some(WalPlacement::Ssd);
+                o.tlsm.variant = variant;
+                // No compaction: the list stays as the flush wrote it.
+                o.l0_compaction_trigger = 100;
+                o.l0_slowdown_trigger = 200;
+                o.l0_stop_trigger = 300;
+            })
+        };
+        let tier: Arc<Mutex<Option<Arc<PmTier>>>> = Arc::default();
+        let keep = Arc::clone(&tier);
+        let factory =
+            move |o: &Options, pm: Option<Arc<PmTier>>| -> tierkv::Result<Arc<dyn Design>> {
+                let pm = pm.expect("a PM tier");
+                *keep.lock().expect("lock") = Some(Arc::clone(&pm));
+                Ok(Arc::new(Tlsm::new(o, pm)?))
+            };
+        let db = Db::open_with_design("/db", o(), &factory).expect("open");
+        let pm = tier.lock().expect("lock").clone().expect("the PM tier");
+        // Fragment PM: take every free page, give every other one back, so
+        // no free run is longer than a page (the pages kept are listed
+        // nowhere: the reopen's reconcile frees them).
+        let mut held = Vec::new();
+        while let Some(r) = pm.allocator().alloc(1).expect("alloc") {
+            held.push(r);
+        }
+        for r in held.iter().step_by(2) {
+            pm.free_pages(*r).expect("free");
+        }
+        // Its node (16 + 8h + the padded inline entry: 3984 ..= 4072
+        // bytes, whatever its height h) fits a page, but not after the
+        // 112-byte head with room for a 16-byte marker.
+        let big = vec![0xb1u8; 3934];
+        let mut model = Model::new();
+        db.put(b"key00200", &big).expect("put");
+        model.insert(b"key00200".to_vec(), big.clone());
+        db.put(b"key00201", b"x").expect("put");
+        model.insert(b"key00201".to_vec(), b"x".to_vec());
+        db.flush().expect("flush");
+        check(&db, &model);
+        db.close().expect("close");
+        drop(pm);
+        // Reopen, then flushes that take the pages the reconcile freed
+        // (the allocator starts again at the first data page: a small
+        // flush takes the first free page).
+        let db = Db::open("/db", o()).expect("reopen");
+        check(&db, &model);
+        for round in 0..4u8 {
+            for i in 0..[1, 1, 200, 200][round as usize] {
+                let k = format!("key{round}{i:04}").into_bytes();
+                db.put(&k, &[round; 100]).expect("put");
+                model.insert(k, vec![round; 100]);
+            }
+            db.flush().expect("flush");
+        }
+        check(&db, &model);
+        db.close().expect("close");
+        let db = Db::open("/db", o()).expect("reopen");
+        check(&db, &model);
+        db.close().expect("close");
+    }
 }

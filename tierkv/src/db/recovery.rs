@@ -8,8 +8,8 @@
 //! 4. Reconcile the PM allocator with what the database references: every
 //!    table's runs (a run several tables list counted once), every live PM
 //!    WAL's extents, and the runs the design declares
-//!    (`Design::live_pm_runs`); every other page goes back before anything
-//!    allocates.
+//!    (`Design::live_pm_runs`, which covers what step 5 will resume);
+//!    every other page goes back before anything allocates.
 //! 5. The design's recovery hook (`Design::recover`), on that clean
 //!    allocator: its edits are applied before anything else changes, the
 //!    allocator is reconciled again (what the hook's edits retired goes

@@ -34,18 +34,25 @@
 //!   writers to the drain rate before the stop instead of after.
 //! * **[`Design::install`]** registers, before recovery reads any table,
 //!   how the design's PM tables are opened and read (`TableContext`).
-//! * **[`Design::recover`]**, the recovery hook: called once at open after
-//!   the MANIFEST is read and the PM allocator reconciled with it (so the
-//!   hook may allocate: pages a crash leaked are free again), before logs
-//!   are replayed. The design may inspect its PM structures and return
-//!   edits (a resumed compaction, an adopted log); the engine applies
-//!   them, in order, before anything else changes, then reconciles the
-//!   allocator again and raises its last seqno to cover every table the
-//!   edits added (an adopted log holds seqnos no MANIFEST record saw). It
+//! * **[`Design::recover`]**, the recovery hook: called once at open, in
+//!   this order: the MANIFEST is read; the PM allocator is reconciled with
+//!   it (every page no table, engine PM WAL or [`Design::live_pm_runs`]
+//!   names is freed, so the hook may allocate: pages a crash leaked are
+//!   free again); the hook runs; the engine applies its edits, in order,
+//!   before anything else changes, reconciles the allocator again (what
+//!   the edits retired goes back) and raises its last seqno to cover every
+//!   table the edits added (an adopted log holds seqnos no MANIFEST record
+//!   saw); then logs are replayed. The design may inspect its PM
+//!   structures and return edits (a resumed compaction, an adopted log).
+//!   Because the first reconcile comes before the hook, every page the
+//!   hook reads or reuses — the slot run and started outputs of a job it
+//!   resumes — must be declared by `live_pm_runs`: a page it does not
+//!   declare is free, and the hook's own allocations may be handed it. It
 //!   must be idempotent: a crash before its edits are durable repeats it.
 //! * **[`Design::live_pm_runs`]**: PM the design owns beyond the page runs
 //!   its tables list in `meta.pm_pages` (an arena being filled, buffers
-//!   kept between merges, the slot page of an in-flight job, the logs the
+//!   kept between merges, every run of an in-flight job the recovery hook
+//!   will resume — its slot page, the outputs it started — the logs the
 //!   MANIFEST lists for a design-owned log). The engine counts them live
 //!   when it rebuilds the allocator at open (`PmTier::reconcile`); every
 //!   page neither a table, an engine PM WAL nor this list names is freed.
@@ -454,8 +461,11 @@ pub trait Design: Send + Sync {
     }
 
     /// The recovery hook (module doc): edits to apply after the MANIFEST
-    /// is read, before PM reconcile and log replay. `env.version` is the
-    /// recovered version of region 0. The default: none.
+    /// is read and the PM allocator reconciled (with
+    /// [`Design::live_pm_runs`]: what the hook resumes must be declared
+    /// there), before log replay; the engine reconciles again after
+    /// applying them. `env.version` is the recovered version of region 0.
+    /// The default: none.
     fn recover(&self, env: &JobEnv) -> Result<Vec<VersionEdit>> {
         let _ = env;
         Ok(Vec::new())

@@ -20,9 +20,10 @@
 //!
 //! # Compaction outputs (the sound protocol)
 //!
-//! 1. The header run (job, ordinal, input ids; link words zero) is written
-//!    and persisted, then named in the job's slot run (offset word, then
-//!    count word, each persisted).
+//! 1. The header run (job, ordinal, input ids; link words: k = 1 and slot
+//!    0 = node run 0, which the head starts; linked count and directory
+//!    offset 0) is written and persisted, then named in the job's slot run
+//!    (offset word, then count word, each persisted).
 //! 2. Nodes are appended in key order at the end of the node area; a node
 //!    that would not leave room for a sentinel in its run goes to a new run
 //!    (a run marker ends the old one; the new run is named in a header slot
@@ -506,10 +507,18 @@ fn flush_inner(
     region.persist(hoff, img.len())?;
     written.pm_copied += img.len() as u64;
 
+    // The list's own runs: the header run, then every node run that is
+    // not a data run — all of them for pointer nodes; with inline entries,
+    // a run that holds none (the head alone, when the first node did not
+    // fit after it). Every run the list uses is listed here or counted as
+    // a data run, so a release frees it and a reconcile keeps it.
     let mut pm_pages = vec![hrun];
-    if !inline {
-        pm_pages.extend(node_runs.iter().copied());
-    }
+    pm_pages.extend(
+        node_runs
+            .iter()
+            .filter(|r| !data.iter().any(|d| d.run == **r))
+            .copied(),
+    );
     let own_bytes = pm_pages.iter().map(|r| r.count * PAGE).sum();
     Ok(BuiltList {
         meta: stats.meta(p.id, pm_pages),
@@ -660,156 +669,30 @@ impl<'a> Outputs<'a> {
     ) -> std::result::Result<Outputs<'a>, Unresumable> {
         let mut o = Outputs::new(p);
         for (i, &hoff) in headers.iter().enumerate() {
-            let out = o
-                .load(i as u32, hoff)
-                .map_err(|e| Unresumable(e.to_string()))?;
+            let out = load_output(
+                o.p.region.as_ref(),
+                o.p.job,
+                o.p.level,
+                o.p.mode,
+                i as u32,
+                hoff,
+            )
+            .and_then(|out| {
+                if !out.closed {
+                    // The head again (it may never have become durable:
+                    // it is persisted with the first nodes), with no
+                    // links: they are rebuilt as the prefix is replayed.
+                    let mut h = Vec::with_capacity(node_size(MAX_HEIGHT, 0));
+                    put_node(&mut h, HEAD_MARK, MAX_HEIGHT);
+                    o.p.region.write(out.head, &h)?;
+                }
+                Ok(out)
+            })
+            .map_err(|e| Unresumable(e.to_string()))?;
             o.pending.push_back(out);
         }
         o.named = headers.len() as u32;
         Ok(o)
-    }
-
-    /// Reads output `ordinal` at `hoff` and its linked prefix.
-    fn load(&self, ordinal: u32, hoff: u64) -> Result<Output> {
-        let region = self.p.region;
-        if !hoff.is_multiple_of(PAGE) {
-            return Err(Error::corruption(
-                region.name(),
-                hoff,
-                "output header not page aligned",
-            ));
-        }
-        let hrun = header_run_at(region.as_ref(), hoff)?;
-        let hv = read_header(region.as_ref(), hrun)?;
-        let h = &hv.header;
-        if h.job != self.p.job || h.ordinal != ordinal || h.level != self.p.level {
-            return Err(Error::corruption(
-                region.name(),
-                hoff,
-                format!(
-                    "output {ordinal} of job {} names job {} output {} at L{}",
-                    self.p.job, h.job, h.ordinal, h.level
-                ),
-            ));
-        }
-        let w = LinkWords::at(h.link_offset());
-        let mut out = Output {
-            id: h.id,
-            header: h.clone(),
-            hrun,
-            hoff,
-            w,
-            runs: hv.slot_runs.clone(),
-            used: vec![0; hv.slot_runs.len()],
-            last: [0; MAX_HEIGHT],
-            head: 0,
-            linked: 0,
-            persisted: hv.linked,
-            dirty: None,
-            stats: EntryStats::default(),
-            data: BTreeMap::new(),
-            closed: hv.dir_off != 0,
-            replay: Default::default(),
-            dir_run: None,
-        };
-        let Some(run0) = out.runs.first().copied() else {
-            return Err(Error::corruption(
-                region.name(),
-                hoff,
-                "output names no node run",
-            ));
-        };
-        out.head = run0.first * PAGE;
-        out.last = [out.head; MAX_HEIGHT];
-        if !out.closed {
-            // The head again (it may never have become durable: it is
-            // persisted with the first nodes), with no links: they are
-            // rebuilt as the prefix is replayed.
-            let mut h = Vec::with_capacity(node_size(MAX_HEIGHT, 0));
-            put_node(&mut h, HEAD_MARK, MAX_HEIGHT);
-            region.write(out.head, &h)?;
-        }
-        // Walk the linked prefix by the layout rule.
-        let mut ri = 0usize;
-        let end = |r: &PageRun| (r.first + r.count) * PAGE;
-        let head_size = node_size(MAX_HEIGHT, 0) as u64;
-        let mut pos = out.head + head_size;
-        out.used[0] = head_size;
-        let inline = self.p.mode == Mode::Copy;
-        for _ in 0..hv.linked {
-            loop {
-                if pos + NODE_FIXED as u64 > end(&out.runs[ri]) {
-                    return Err(Error::corruption(
-                        region.name(),
-                        pos,
-                        "linked node beyond its run",
-                    ));
-                }
-                let f = region.slice(pos, NODE_FIXED)?;
-                let nh = format::node_head(f)
-                    .ok_or_else(|| Error::corruption(region.name(), pos, "truncated node"))?;
-                if nh.entry_off == 0 && nh.height == format::MARKER_HEIGHT {
-                    out.used[ri] += NODE_FIXED as u64;
-                    ri += 1;
-                    if ri >= out.runs.len() {
-                        return Err(Error::corruption(
-                            region.name(),
-                            pos,
-                            "run marker after the last node run",
-                        ));
-                    }
-                    pos = out.runs[ri].first * PAGE;
-                    continue;
-                }
-                let h = nh.height as usize;
-                if !(1..=MAX_HEIGHT).contains(&h) || nh.entry_off == 0 || nh.entry_off == HEAD_MARK
-                {
-                    return Err(Error::corruption(region.name(), pos, "bad linked node"));
-                }
-                let base = (NODE_FIXED + 8 * h) as u64;
-                let mut size = base;
-                if inline {
-                    if nh.entry_off != pos + base {
-                        return Err(Error::corruption(
-                            region.name(),
-                            pos,
-                            "copied node without its entry",
-                        ));
-                    }
-                    let avail = end(&out.runs[ri]).saturating_sub(pos + base + 4);
-                    let probe = region.slice(
-                        pos + base + 4,
-                        avail.min(format::ENTRY_PROBE as u64) as usize,
-                    )?;
-                    let (k, a) = crate::coding::get_varint(probe)
-                        .ok_or_else(|| Error::corruption(region.name(), pos, "bad inline entry"))?;
-                    let (v, c) = crate::coding::get_varint(probe.get(a..).unwrap_or(&[]))
-                        .ok_or_else(|| Error::corruption(region.name(), pos, "bad inline entry"))?;
-                    size += align8(4 + a + c + k as usize + v as usize) as u64;
-                }
-                if pos + size + NODE_FIXED as u64 > end(&out.runs[ri]) {
-                    return Err(Error::corruption(
-                        region.name(),
-                        pos,
-                        "linked node overruns its run",
-                    ));
-                }
-                out.replay.push_back(Replayed {
-                    pos,
-                    entry_off: nh.entry_off,
-                    height: h,
-                    size,
-                });
-                out.used[ri] += size;
-                pos += size;
-                break;
-            }
-        }
-        // Runs past the walk hold nothing counted (a later append names
-        // its own; an unused one goes back at the next open's reconcile).
-        out.runs.truncate(ri + 1);
-        out.used.truncate(ri + 1);
-        Ok(out)
     }
 
     /// Ids of the outputs a resume found named in the slot (fresh table
@@ -1278,6 +1161,174 @@ impl<'a> Outputs<'a> {
     }
 }
 
+/// Reads output `ordinal` of job `job` (output level `level`, outputs
+/// written in `mode`) whose header run is at `hoff`, and walks its linked
+/// prefix by the layout rule: the checks of a resume (module doc of
+/// `job.rs`). Reads only; node runs past the walk are dropped from the
+/// output (nothing counted is in them).
+fn load_output(
+    region: &dyn PmRegion,
+    job: u64,
+    level: u32,
+    mode: Mode,
+    ordinal: u32,
+    hoff: u64,
+) -> Result<Output> {
+    if !hoff.is_multiple_of(PAGE) {
+        return Err(Error::corruption(
+            region.name(),
+            hoff,
+            "output header not page aligned",
+        ));
+    }
+    let hrun = header_run_at(region, hoff)?;
+    let hv = read_header(region, hrun)?;
+    let h = &hv.header;
+    if h.job != job || h.ordinal != ordinal || h.level != level {
+        return Err(Error::corruption(
+            region.name(),
+            hoff,
+            format!(
+                "output {ordinal} of job {} names job {} output {} at L{}",
+                job, h.job, h.ordinal, h.level
+            ),
+        ));
+    }
+    let w = LinkWords::at(h.link_offset());
+    let mut out = Output {
+        id: h.id,
+        header: h.clone(),
+        hrun,
+        hoff,
+        w,
+        runs: hv.slot_runs.clone(),
+        used: vec![0; hv.slot_runs.len()],
+        last: [0; MAX_HEIGHT],
+        head: 0,
+        linked: 0,
+        persisted: hv.linked,
+        dirty: None,
+        stats: EntryStats::default(),
+        data: BTreeMap::new(),
+        closed: hv.dir_off != 0,
+        replay: Default::default(),
+        dir_run: None,
+    };
+    let Some(run0) = out.runs.first().copied() else {
+        return Err(Error::corruption(
+            region.name(),
+            hoff,
+            "output names no node run",
+        ));
+    };
+    out.head = run0.first * PAGE;
+    out.last = [out.head; MAX_HEIGHT];
+    // Walk the linked prefix by the layout rule.
+    let mut ri = 0usize;
+    let end = |r: &PageRun| (r.first + r.count) * PAGE;
+    let head_size = node_size(MAX_HEIGHT, 0) as u64;
+    let mut pos = out.head + head_size;
+    out.used[0] = head_size;
+    let inline = mode == Mode::Copy;
+    for _ in 0..hv.linked {
+        loop {
+            if pos + NODE_FIXED as u64 > end(&out.runs[ri]) {
+                return Err(Error::corruption(
+                    region.name(),
+                    pos,
+                    "linked node beyond its run",
+                ));
+            }
+            let f = region.slice(pos, NODE_FIXED)?;
+            let nh = format::node_head(f)
+                .ok_or_else(|| Error::corruption(region.name(), pos, "truncated node"))?;
+            if nh.entry_off == 0 && nh.height == format::MARKER_HEIGHT {
+                out.used[ri] += NODE_FIXED as u64;
+                ri += 1;
+                if ri >= out.runs.len() {
+                    return Err(Error::corruption(
+                        region.name(),
+                        pos,
+                        "run marker after the last node run",
+                    ));
+                }
+                pos = out.runs[ri].first * PAGE;
+                continue;
+            }
+            let h = nh.height as usize;
+            if !(1..=MAX_HEIGHT).contains(&h) || nh.entry_off == 0 || nh.entry_off == HEAD_MARK {
+                return Err(Error::corruption(region.name(), pos, "bad linked node"));
+            }
+            let base = (NODE_FIXED + 8 * h) as u64;
+            let mut size = base;
+            if inline {
+                if nh.entry_off != pos + base {
+                    return Err(Error::corruption(
+                        region.name(),
+                        pos,
+                        "copied node without its entry",
+                    ));
+                }
+                let avail = end(&out.runs[ri]).saturating_sub(pos + base + 4);
+                let probe = region.slice(
+                    pos + base + 4,
+                    avail.min(format::ENTRY_PROBE as u64) as usize,
+                )?;
+                let (k, a) = crate::coding::get_varint(probe)
+                    .ok_or_else(|| Error::corruption(region.name(), pos, "bad inline entry"))?;
+                let (v, c) = crate::coding::get_varint(probe.get(a..).unwrap_or(&[]))
+                    .ok_or_else(|| Error::corruption(region.name(), pos, "bad inline entry"))?;
+                size += align8(4 + a + c + k as usize + v as usize) as u64;
+            }
+            if pos + size + NODE_FIXED as u64 > end(&out.runs[ri]) {
+                return Err(Error::corruption(
+                    region.name(),
+                    pos,
+                    "linked node overruns its run",
+                ));
+            }
+            out.replay.push_back(Replayed {
+                pos,
+                entry_off: nh.entry_off,
+                height: h,
+                size,
+            });
+            out.used[ri] += size;
+            pos += size;
+            break;
+        }
+    }
+    // Runs past the walk hold nothing counted (a later append names
+    // its own; an unused one goes back at the next open's reconcile).
+    out.runs.truncate(ri + 1);
+    out.used.truncate(ri + 1);
+    Ok(out)
+}
+
+/// The runs output `ordinal` of an interrupted job uses as its resume will
+/// find it (the same reads and checks, `load_output`): the header run, the
+/// node runs of its linked prefix and, for a closed output, a directory
+/// run of its own. `Err` where the resume would give up on the job.
+pub fn output_runs(
+    region: &dyn PmRegion,
+    job: u64,
+    level: u32,
+    mode: Mode,
+    ordinal: u32,
+    hoff: u64,
+) -> Result<Vec<PageRun>> {
+    let out = load_output(region, job, level, mode, ordinal, hoff)?;
+    let mut runs = vec![out.hrun];
+    runs.extend(out.runs.iter().copied());
+    if out.closed {
+        let dir_off = region.load_u64(out.hoff + out.w.dir as u64)?;
+        if !(out.hoff..out.hoff + out.hrun.count * PAGE).contains(&dir_off) {
+            runs.push(dir_run_at(region, dir_off)?);
+        }
+    }
+    Ok(runs)
+}
+
 /// The header run at `hoff`, sized by the input count it records.
 pub fn header_run_at(region: &dyn PmRegion, hoff: u64) -> Result<PageRun> {
     let b = region.slice(hoff, 48)?;
@@ -1467,5 +1518,72 @@ mod tests {
         assert_eq!((f.seq, f.value.as_slice()), (5, &b"green"[..]));
         assert_eq!(list.get(b"kiwi", 9).unwrap().unwrap().kind, Kind::Delete);
         assert!(list.get(b"banana", 9).unwrap().is_none());
+    }
+
+    /// Pages as a fragmented PM hands them out: each request gets the
+    /// fewest pages it allows.
+    struct Tight(Arc<PmTier>);
+    impl Pages for Tight {
+        fn alloc(&self, want: u64, min: u64) -> Result<PageRun> {
+            let _ = want;
+            Ok(self.0.allocator().alloc(min)?.unwrap())
+        }
+        fn free(&self, run: PageRun) -> Result<()> {
+            self.0.free_pages(run)
+        }
+    }
+
+    /// A PS (and PS+BAC) flush whose first node does not fit after the
+    /// head (a 5000-byte value, single pages from the allocator): the first
+    /// node run holds only the head and a run marker. Every run the list
+    /// uses is in its `pm_pages` or is one of its data runs — the pages
+    /// the flush took are exactly those, so a release frees them all and a
+    /// reopen's reconcile frees none of them while the list lives.
+    #[test]
+    fn ps_flush_head_only_first_run_is_listed() {
+        for layout in [Layout::Ps, Layout::PsBac] {
+            let sim = Arc::new(SimRegion::new(1 << 20));
+            let region: Arc<dyn PmRegion> = sim.clone();
+            let tier = Arc::new(PmTier::open(Arc::clone(&region), false).unwrap());
+            let free_before = tier.allocator().free_pages();
+            let mem = Arc::new(MemTable::new(0));
+            mem.add(1, Kind::Put, b"big", &[7u8; 5000]);
+            mem.add(2, Kind::Put, b"small", b"x");
+            let b = flush_list(
+                &FlushParams {
+                    region: &region,
+                    pages: &Tight(Arc::clone(&tier)),
+                    id: 9,
+                    layout,
+                    order: TlsmPersistOrder::Sound,
+                },
+                &mut mem.iter(),
+            )
+            .unwrap();
+            let list =
+                super::super::list::SkipList::open(region, &b.meta, true, &Default::default())
+                    .unwrap();
+            let runs = &list.directory().node_runs;
+            let data: Vec<PageRun> = b.refs.data.iter().map(|d| d.run).collect();
+            // The case: run 0 holds the head only, so it is no data run.
+            assert!(runs.len() >= 2 && !data.contains(&runs[0]), "{layout:?}");
+            for r in runs {
+                assert!(
+                    b.meta.pm_pages.contains(r) || data.contains(r),
+                    "{layout:?}: node run {r:?} is in neither pm_pages {:?} nor the data runs {data:?}",
+                    b.meta.pm_pages
+                );
+            }
+            let listed: u64 = b.meta.pm_pages.iter().chain(&data).map(|r| r.count).sum();
+            assert_eq!(
+                free_before - tier.allocator().free_pages(),
+                listed,
+                "{layout:?}: the flush took pages it lists nowhere"
+            );
+            use crate::iter::TableReader;
+            let f = list.get(b"big", 9).unwrap().unwrap();
+            assert_eq!(f.value, vec![7u8; 5000]);
+            assert_eq!(list.get(b"small", 9).unwrap().unwrap().value, b"x");
+        }
     }
 }

@@ -14,7 +14,7 @@
 //!   0  8  magic "TLSMBuf\0"        24  8  entry bytes L
 //!   8  4  version = 1              32  4  crc32c of the entries
 //!  12  4  header bytes = 40        36  4  crc32c of bytes 0..36
-//!  16  8  buffer id (the flush's list id)
+//!  16  8  buffer id (a flush's: its list id; a copy-forward's: its job id)
 //!  40  L  entries, back to back
 //!
 //! node (8-byte aligned; nodes of a list are laid out in key order)
@@ -219,7 +219,8 @@ pub const ENTRY_PROBE: usize = 10;
 /// A buffer header, decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BufferHeader {
-    /// The buffer id.
+    /// The buffer id: the flushed list's id, or for a copy-forward's
+    /// buffer the job id.
     pub id: u64,
     /// Bytes of entries after the header.
     pub entry_bytes: u64,

@@ -31,6 +31,11 @@
 //!
 //! # Resume (`Design::recover`)
 //!
+//! The engine reconciles the PM allocator before the resume; the runs the
+//! record references (the slot run, a copy-forward's buffer, each named
+//! output's header, node and directory runs) are declared live by
+//! `Design::live_pm_runs` (`Tlsm::job_runs`, with the reads and checks
+//! of the resume), so the resume's own allocations never land on them.
 //! With every input still in the version, the job is run again from the
 //! start of its merge with the recorded snapshot and grandparents; every
 //! entry it keeps is matched against the next node the slot's outputs

@@ -43,7 +43,11 @@
 //!   interrupted before its edit leaves pages no table lists (reclaimed)
 //!   and its memtable in the WAL (replayed); a compaction interrupted after
 //!   its in-flight record resumes from the last linked node and ends as if
-//!   it had never stopped ([`job`]).
+//!   it had never stopped ([`job`]). The allocator is reconciled before
+//!   the resume, so `live_pm_runs` declares, besides the data runs of the
+//!   listed lists, every run an in-flight record references, read with the
+//!   resume's checks: the slot run, a copy-forward's new buffer, and the
+//!   header, node and directory runs of the outputs the slot names.
 //!
 //! # Byte layouts
 //!
@@ -62,9 +66,11 @@
 //! ```
 //!
 //! A list's table metadata lists its own runs (`pm_pages`: the header
-//! run first, pointer-node runs, a directory run if the directory did not
-//! fit in the header run); its data runs (buffers, or node runs holding
-//! inline entries) are named by its directory and counted by the design.
+//! run first, its node runs that are not data runs — pointer nodes, or in
+//! a PS list a first run holding only the head — and a directory run if
+//! the directory did not fit in the header run); its data runs (buffers,
+//! or node runs holding inline entries) are named by its directory and
+//! counted by the design. Every run a list uses is one or the other.
 //! `size_bytes` is the bytes of the entries it references, so level scores
 //! are LevelDB's.
 //!
@@ -75,10 +81,13 @@
 //! 2. Every data run a live list references is allocated; a data run is
 //!    freed only when no registered list references it, after the engine
 //!    released the last one (so no version, iterator or job can reach it).
+//!    Every other run a live list uses is in its `pm_pages`.
 //! 3. Every in-flight PM-output job has a non-empty record in its region's
 //!    version under its own tag; the job's edit clears it atomically with
 //!    the inputs' deletion and the outputs' addition. A slot run is freed
-//!    only after its record is gone from the current (durable) version.
+//!    only after its record is gone from the current (durable) version;
+//!    at open, the runs the record references stay allocated until the
+//!    resume's edit clears it (`live_pm_runs`).
 //! 4. Under `leveled`, every skip list lives at a level ≤ the threshold
 //!    once the picker has caught up (misplaced lists are evicted first).
 //!
@@ -646,7 +655,18 @@ impl Design for Tlsm {
                 }
             }
         }
-        Ok(self.refs.data_runs())
+        let mut runs = self.refs.data_runs();
+        // The runs of in-flight jobs: the recovery hook, which runs after
+        // this reconcile, resumes them and allocates, and must not be
+        // handed the pages it is resuming.
+        for v in versions {
+            for (tag, bytes) in &v.design_state {
+                if is_job_tag(*tag) && !bytes.is_empty() {
+                    runs.extend(self.job_runs(&JobRecord::decode(bytes)?));
+                }
+            }
+        }
+        Ok(runs)
     }
 
     fn release(&self, meta: &TableMeta) -> Result<Vec<PageRun>> {

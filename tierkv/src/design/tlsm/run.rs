@@ -371,6 +371,49 @@ impl Tlsm {
         edit
     }
 
+    /// The runs the in-flight job `rec` uses, read as its resume will read
+    /// them (`Design::live_pm_runs`, before the resume): its slot run, a
+    /// copy-forward's new buffer, and the header, node and directory runs
+    /// of every output its slot names. Nothing past the first part the
+    /// resume would reject: the resume then drops the job, and what it had
+    /// written goes back at the reconcile after the recovery hook.
+    pub(super) fn job_runs(&self, rec: &JobRecord) -> Vec<PageRun> {
+        let region = self.region.as_ref();
+        let (slot, _, outs, buffer_word) = match read_slot(region, rec.slot) {
+            Ok(s) => s,
+            Err(e) => {
+                log::debug!("tlsm: job {}: slot run unreadable ({e})", rec.job);
+                return Vec::new();
+            }
+        };
+        if slot.job != rec.job {
+            log::debug!("tlsm: job {}: slot run names job {}", rec.job, slot.job);
+            return Vec::new();
+        }
+        let mut runs = vec![rec.slot];
+        if rec.kind == JobKind::CopyForward {
+            if let Some(run) = format::unpack_run(buffer_word) {
+                match BufferSource::open(Arc::clone(&self.region), run) {
+                    Ok(_) => runs.push(run),
+                    Err(e) => {
+                        log::debug!("tlsm: job {}: buffer unreadable ({e})", rec.job);
+                        return runs;
+                    }
+                }
+            }
+        }
+        for (i, &hoff) in outs.iter().enumerate() {
+            match build::output_runs(region, rec.job, rec.level, rec.mode, i as u32, hoff) {
+                Ok(r) => runs.extend(r),
+                Err(e) => {
+                    log::debug!("tlsm: job {}: output {i} unreadable ({e})", rec.job);
+                    break;
+                }
+            }
+        }
+        runs
+    }
+
     #[allow(clippy::type_complexity)]
     fn try_resume(
         &self,
