@@ -19,6 +19,8 @@
 
 use std::fmt::Write as _;
 
+use crate::metrics::Record;
+use crate::report::{fmt_count, fmt_us};
 use crate::runner::{Hist, Measured};
 
 /// The summary line of one benchmark.
@@ -48,6 +50,48 @@ pub fn summary_line(name: &str, m: &Measured) -> String {
         if extra.is_empty() { "" } else { " " },
         extra
     )
+}
+
+/// The client's stall figures of a record (metrics rule 3) as a line under
+/// the summary line, in the same column layout; `None` when the benchmark
+/// wrote nothing. E.g.
+///
+/// ```text
+/// fillrandom   : stall (client): longest write 8.10 ms; writes > 1/10/100 ms: 12/0/0; in writes > 1 ms 0.3% of the run; per second min 31k median 45k ops
+/// ```
+pub fn stall_line(name: &str, r: &Record) -> Option<String> {
+    let s = &r.stall;
+    if s.writes == 0 {
+        return None;
+    }
+    let mut line = format!(
+        "{:<12} : stall (client): longest write {}; writes > 1/10/100 ms: {}/{}/{}; in writes > 1 ms {:.1}% of the run; per second min {} median {} ops",
+        name,
+        fmt_us(s.write_seconds_max * 1e6),
+        s.writes_over_1ms,
+        s.writes_over_10ms,
+        s.writes_over_100ms,
+        s.slow_write_time_percent,
+        fmt_count(s.second_ops_min),
+        fmt_count(s.second_ops_median)
+    );
+    if let Some(st) = &r.steady {
+        let _ = write!(
+            line,
+            "\n{:<12} : steady state after {} warm-up ops ({}); debt at start: worst level {:.2}× target, {:.0} MiB over; at end: {}",
+            name,
+            st.warmup_ops,
+            st.settled,
+            st.debt_start.ratio_max,
+            st.debt_start.over_bytes as f64 / 1048576.0,
+            r.debt.as_ref().map_or("?".to_string(), |d| format!(
+                "{:.2}×, {:.0} MiB over",
+                d.ratio_max,
+                d.over_bytes as f64 / 1048576.0
+            ))
+        );
+    }
+    Some(line)
 }
 
 /// db_bench's histogram bucket limits, in microseconds.
@@ -163,6 +207,7 @@ mod tests {
             thread_seconds: 25.715,
             open_loop: false,
             rate: None,
+            generator_cpu_seconds: 0.0,
         };
         assert_eq!(
             summary_line("fillrandom", &m),

@@ -26,6 +26,10 @@
 //!   `n`, so the hot keys are spread over the key space.
 //! - latest (YCSB): zipfian over recency — the most recently inserted key is
 //!   the hottest; the generator grows with the insert counter.
+//! - hotspot (NV-Cache's Fig. 6 "skewed insert"): 1% of the keys get 99% of
+//!   the requests. The hot keys are every 100th key number (so they are
+//!   spread over the key space); a request is for a hot key, uniform among
+//!   them, with probability 0.99, else for a uniform key of the whole space.
 //!
 //! # Concurrency
 //!
@@ -77,7 +81,14 @@ pub enum Distribution {
     Zipfian,
     /// YCSB's "latest": zipfian over recency.
     Latest,
+    /// 1% of the keys get 99% of the requests (NV-Cache's skewed updates).
+    HotSpot,
 }
+
+/// Share of the key space that is hot under [`Distribution::HotSpot`].
+pub const HOT_KEY_FRACTION: f64 = 0.01;
+/// Share of the requests that go to the hot keys.
+pub const HOT_OP_FRACTION: f64 = 0.99;
 
 impl Distribution {
     /// Parses `uniform`, `zipfian` or `latest`.
@@ -86,6 +97,7 @@ impl Distribution {
             "uniform" => Some(Distribution::Uniform),
             "zipfian" => Some(Distribution::Zipfian),
             "latest" => Some(Distribution::Latest),
+            "hotspot" => Some(Distribution::HotSpot),
             _ => None,
         }
     }
@@ -96,6 +108,7 @@ impl Distribution {
             Distribution::Uniform => "uniform",
             Distribution::Zipfian => "zipfian",
             Distribution::Latest => "latest",
+            Distribution::HotSpot => "hotspot",
         }
     }
 }
@@ -217,6 +230,13 @@ pub enum KeyChooser {
         /// Zipfian over the current key count.
         gen: Zipfian,
     },
+    /// 1% hot keys (every 100th) get 99% of the draws.
+    HotSpot {
+        /// Key count.
+        n: u64,
+        /// Hot keys.
+        hot: u64,
+    },
 }
 
 impl KeyChooser {
@@ -232,6 +252,10 @@ impl KeyChooser {
             Distribution::Latest => KeyChooser::Latest {
                 gen: Zipfian::new(n),
             },
+            Distribution::HotSpot => KeyChooser::HotSpot {
+                n,
+                hot: ((n as f64 * HOT_KEY_FRACTION) as u64).max(1),
+            },
         }
     }
 
@@ -246,6 +270,14 @@ impl KeyChooser {
                 gen.grow_to(count);
                 let back = gen.next(rng).min(count - 1);
                 count - 1 - back
+            }
+            KeyChooser::HotSpot { n, hot } => {
+                if rng.gen_bool(HOT_OP_FRACTION) {
+                    // Spread the hot keys over the key space.
+                    rng.gen_range(0..*hot) * (*n / *hot)
+                } else {
+                    rng.gen_range(0..*n)
+                }
             }
         }
     }
@@ -323,6 +355,27 @@ mod tests {
             assert!(h < (1 << 63));
             assert!(seen.insert(h));
         }
+    }
+
+    #[test]
+    fn hotspot_sends_99_percent_to_1_percent_of_keys() {
+        let mut rng = SmallRng::seed_from_u64(3);
+        let n = 100_000;
+        let mut c = KeyChooser::new(Distribution::HotSpot, n);
+        let mut hot = 0;
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..100_000 {
+            let k = c.next(&mut rng, n);
+            assert!(k < n);
+            if k.is_multiple_of(100) {
+                hot += 1;
+            }
+            seen.insert(k);
+        }
+        // 99% hot draws, plus the 1% of cold draws that land on hot keys.
+        assert!((98_800..99_200).contains(&hot), "{hot}");
+        assert!(seen.iter().filter(|k| *k % 100 == 0).count() <= 1000);
+        assert_eq!(Distribution::parse("hotspot"), Some(Distribution::HotSpot));
     }
 
     #[test]

@@ -12,7 +12,7 @@ use tierkv_bench::error::{Error, Result};
 use tierkv_bench::keys::Distribution;
 use tierkv_bench::report;
 use tierkv_bench::scale::Scale;
-use tierkv_bench::suite::{self, Pacing, Plan};
+use tierkv_bench::suite::{self, Pacing, Plan, SteadyOptions, SweepBase};
 use tierkv_bench::workload::WorkloadParams;
 
 /// db_bench and YCSB workloads on tierkv and RocksDB, side by side.
@@ -31,11 +31,57 @@ enum Cmd {
     Compare(Box<CompareArgs>),
     /// Draw the plots and the summary of a JSON run.
     Report(ReportArgs),
+    /// Rebuild a tierkv database whose MANIFEST is damaged or lost from the
+    /// tables and logs found (`Db::repair`); prints what was recovered.
+    Repair(RepairArgs),
+}
+
+#[derive(Args, Debug)]
+struct RepairArgs {
+    /// The database directory.
+    db: PathBuf,
+    /// The design the database was opened with (its PM tier is read too).
+    #[arg(long, default_value = "classic")]
+    design: String,
+    /// The PM directory the database was opened with (`pm.region` inside).
+    #[arg(long = "pm_dir")]
+    pm_dir: Option<PathBuf>,
+    /// PM tier size in bytes, as opened.
+    #[arg(long = "pm_size")]
+    pm_size: Option<u64>,
+    /// `Options::regions`, as opened.
+    #[arg(long, default_value_t = 1)]
+    regions: usize,
+    /// `Options::level_count`, as opened (the repaired tables go to the last
+    /// level).
+    #[arg(long = "level_count")]
+    level_count: Option<usize>,
+}
+
+/// `tierkv-bench repair`.
+fn repair(a: &RepairArgs) -> Result<()> {
+    let design = tierkv::Preset::from_name(&a.design)
+        .ok_or_else(|| Error::Usage(format!("unknown design `{}`", a.design)))?;
+    let mut o = tierkv::Options {
+        design,
+        regions: a.regions,
+        pm_dir: a.pm_dir.clone(),
+        ..tierkv::Options::default()
+    };
+    if let Some(n) = a.pm_size {
+        o.pm_size_bytes = n;
+    }
+    if let Some(n) = a.level_count {
+        o.level_count = n;
+    }
+    let report = tierkv::Db::repair(&a.db, o).map_err(|e| Error::Engine(e.to_string()))?;
+    print!("{report}");
+    Ok(())
 }
 
 #[derive(Args, Debug)]
 struct CompareArgs {
-    /// Comma-separated configurations: tierkv:<preset>, rocksdb-ssd, rocksdb-l0-pm, fake.
+    /// Comma-separated configurations: tierkv:<preset>, rocksdb-ssd, rocksdb-l0-pm, rocksdb-pm, fake.
     #[arg(long, value_delimiter = ',', required = true)]
     configs: Vec<String>,
     #[command(flatten)]
@@ -44,8 +90,10 @@ struct CompareArgs {
 
 #[derive(Args, Debug)]
 struct ReportArgs {
-    /// The JSON file written by `--json`.
-    json: PathBuf,
+    /// The JSON files written by `--json` (several runs are drawn
+    /// together, e.g. one per value size for a sweep).
+    #[arg(required = true, num_args = 1..)]
+    json: Vec<PathBuf>,
     /// Output directory (default: `<json stem>-report` beside the JSON).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -79,7 +127,9 @@ struct BenchArgs {
     /// it beats tierkv:classic at `medium`, see the README).
     #[arg(long = "config", default_value = "tierkv:triangle")]
     config: String,
-    /// tiny | small | medium | paper10 (default: tiny; medium for compare).
+    /// tiny | small | medium | paper10 | leveldb10 | vlsm-paper (default:
+    /// tiny; medium
+    /// for compare).
     #[arg(long = "scale")]
     scale: Option<String>,
     /// Keys of a fill (default: dataset of the scale / value size).
@@ -125,6 +175,10 @@ struct BenchArgs {
     /// L1 target size in bytes (default: the scale's).
     #[arg(long = "max_bytes_for_level_base")]
     max_bytes_for_level_base: Option<u64>,
+    /// Growth factor between levels below L1 (default: the scale's, 10;
+    /// 8 at vlsm-paper). `vlsm` has its own f and Φ.
+    #[arg(long = "max_bytes_for_level_multiplier")]
+    max_bytes_for_level_multiplier: Option<u64>,
     /// Background flush and compaction threads.
     #[arg(long = "max_background_jobs", default_value_t = 2)]
     max_background_jobs: usize,
@@ -134,15 +188,15 @@ struct BenchArgs {
     /// Bloom filter bits per key (0 = none).
     #[arg(long = "bloom_bits", default_value_t = 10)]
     bloom_bits: u32,
-    /// L0 files that trigger a compaction.
-    #[arg(long = "level0_file_num_compaction_trigger", default_value_t = 4)]
-    level0_file_num_compaction_trigger: usize,
-    /// L0 files that slow writes down.
-    #[arg(long = "level0_slowdown_writes_trigger", default_value_t = 20)]
-    level0_slowdown_writes_trigger: usize,
-    /// L0 files that stop writes.
-    #[arg(long = "level0_stop_writes_trigger", default_value_t = 36)]
-    level0_stop_writes_trigger: usize,
+    /// L0 files that trigger a compaction (default 4).
+    #[arg(long = "level0_file_num_compaction_trigger")]
+    level0_file_num_compaction_trigger: Option<usize>,
+    /// L0 files that slow writes down (default 20; 8 at leveldb10).
+    #[arg(long = "level0_slowdown_writes_trigger")]
+    level0_slowdown_writes_trigger: Option<usize>,
+    /// L0 files that stop writes (default 36; 12 at leveldb10).
+    #[arg(long = "level0_stop_writes_trigger")]
+    level0_stop_writes_trigger: Option<usize>,
     /// Write rate while delayed (bytes/s).
     #[arg(long = "delayed_write_rate", default_value_t = 16 << 20)]
     delayed_write_rate: u64,
@@ -165,7 +219,8 @@ struct BenchArgs {
     /// (default none, as the papers measure).
     #[arg(long = "compression_type", default_value = "none", value_parser = parse_compression)]
     compression_type: tierkv::Compression,
-    /// Request distribution of random workloads: uniform | zipfian | latest.
+    /// Request distribution of random workloads: uniform | zipfian | latest
+    /// | hotspot (1% of the keys get 99% of the requests).
     #[arg(long = "distribution")]
     distribution: Option<String>,
     /// Entries read after each seek in seekrandom.
@@ -175,15 +230,45 @@ struct BenchArgs {
     #[arg(long = "seed", default_value_t = 1)]
     seed: u64,
     /// Open loop: requests per second.
-    #[arg(long = "rate", conflicts_with = "rate_fraction")]
+    #[arg(long = "rate", conflicts_with_all = ["rate_fraction", "rate_sweep"])]
     rate: Option<f64>,
     /// Open loop at this fraction of a configuration's sustained closed-loop
     /// throughput (its rate over the second half of the operations).
-    #[arg(long = "rate_fraction", requires = "rate_of")]
+    #[arg(
+        long = "rate_fraction",
+        requires = "rate_of",
+        conflicts_with = "rate_sweep"
+    )]
     rate_fraction: Option<f64>,
-    /// The configuration whose throughput `--rate_fraction` refers to.
+    /// The configuration whose throughput `--rate_fraction` refers to; with
+    /// `--rate_sweep`, a configuration (the same rates for all) or `each`
+    /// (each configuration's own throughput).
     #[arg(long = "rate_of")]
     rate_of: Option<String>,
+    /// Open loop at each of these rates in turn (comma-separated, run in
+    /// ascending order): requests per second, or with `--rate_of`
+    /// fractions of a sustained rate. The last benchmark is swept; the ones
+    /// before it prepare the database closed loop.
+    #[arg(long = "rate_sweep", value_delimiter = ',')]
+    rate_sweep: Vec<f64>,
+    /// P99 latency target of the rate sweep's summary, in microseconds.
+    #[arg(long = "latency_target_us", default_value_t = 1000.0)]
+    latency_target_us: f64,
+    /// Warm writing benchmarks (overwrite, ycsb-a/b/d/e/f) up to a steady
+    /// state before measuring them: until every level is within
+    /// `--steady_factor` of its target (after at least half the benchmark's
+    /// operations) or the debt stops moving.
+    #[arg(long = "steady_state", num_args = 0..=1, default_value = "0", default_missing_value = "1", value_parser = parse_flag)]
+    steady_state: bool,
+    /// The factor of `--steady_state`.
+    #[arg(long = "steady_factor", default_value_t = 2.0)]
+    steady_factor: f64,
+    /// Warm-up operations at most (default 3 × the benchmark's).
+    #[arg(long = "steady_max_ops")]
+    steady_max_ops: Option<u64>,
+    /// Operations measured after the warm-up (default the benchmark's).
+    #[arg(long = "steady_ops")]
+    steady_ops: Option<u64>,
     /// Write the JSON records here.
     #[arg(long = "json")]
     json: Option<PathBuf>,
@@ -238,7 +323,7 @@ fn plan_from(args: &BenchArgs, configs: Vec<Config>, default_scale: Scale) -> Re
         None => default_scale,
         Some(s) => Scale::parse(s).ok_or_else(|| {
             Error::Usage(format!(
-                "unknown scale `{s}`; scales: tiny, small, medium, paper10"
+                "unknown scale `{s}`; scales: tiny, small, medium, paper10, leveldb10, vlsm-paper"
             ))
         })?,
     };
@@ -246,14 +331,48 @@ fn plan_from(args: &BenchArgs, configs: Vec<Config>, default_scale: Scale) -> Re
         None => None,
         Some(d) => Some(Distribution::parse(d).ok_or_else(|| {
             Error::Usage(format!(
-                "unknown distribution `{d}`; use uniform, zipfian or latest"
+                "unknown distribution `{d}`; use uniform, zipfian, latest or hotspot"
             ))
         })?),
     };
     if args.threads == 0 {
         return Err(Error::Usage("--threads must be at least 1".into()));
     }
+    if !args.rate_sweep.is_empty() {
+        if let Some(bad) = args
+            .rate_sweep
+            .iter()
+            .find(|r| !(r.is_finite() && **r > 0.0))
+        {
+            return Err(Error::Usage(format!(
+                "--rate_sweep values must be positive, got {bad}"
+            )));
+        }
+        if !(args.latency_target_us.is_finite() && args.latency_target_us > 0.0) {
+            return Err(Error::Usage(format!(
+                "--latency_target_us must be positive, got {}",
+                args.latency_target_us
+            )));
+        }
+    }
+    if args.steady_state && !(args.steady_factor.is_finite() && args.steady_factor >= 1.0) {
+        return Err(Error::Usage(format!(
+            "--steady_factor must be at least 1, got {}",
+            args.steady_factor
+        )));
+    }
     let pacing = match (args.rate, args.rate_fraction, &args.rate_of) {
+        _ if !args.rate_sweep.is_empty() => {
+            let mut points = args.rate_sweep.clone();
+            points.sort_by(f64::total_cmp);
+            points.dedup();
+            let base = match args.rate_of.as_deref() {
+                None => SweepBase::Absolute,
+                Some("each") => SweepBase::Each,
+                Some(of) => SweepBase::Of(Config::parse(of)?),
+            };
+            Pacing::Sweep { points, base }
+        }
         (Some(r), _, _) if r > 0.0 && r.is_finite() => Pacing::Rate(r),
         (Some(r), _, _) => return Err(Error::Usage(format!("--rate must be positive, got {r}"))),
         (None, Some(f), Some(of)) if f > 0.0 && f.is_finite() => Pacing::Fraction {
@@ -279,13 +398,20 @@ fn plan_from(args: &BenchArgs, configs: Vec<Config>, default_scale: Scale) -> Re
         l1_size_bytes: args
             .max_bytes_for_level_base
             .unwrap_or(scale.l1_size_bytes()),
+        level_multiplier: args
+            .max_bytes_for_level_multiplier
+            .unwrap_or(scale.level_multiplier())
+            .max(2),
         background_jobs: args.max_background_jobs.max(1),
         block_cache_bytes: args.cache_size,
         bloom_bits: args.bloom_bits,
         l0_triggers: (
-            args.level0_file_num_compaction_trigger,
-            args.level0_slowdown_writes_trigger,
-            args.level0_stop_writes_trigger,
+            args.level0_file_num_compaction_trigger
+                .unwrap_or(scale.l0_triggers().0),
+            args.level0_slowdown_writes_trigger
+                .unwrap_or(scale.l0_triggers().1),
+            args.level0_stop_writes_trigger
+                .unwrap_or(scale.l0_triggers().2),
         ),
         delayed_write_rate_bytes_per_sec: args.delayed_write_rate,
         direct_io: args.use_direct_io_for_flush_and_compaction,
@@ -333,6 +459,12 @@ fn plan_from(args: &BenchArgs, configs: Vec<Config>, default_scale: Scale) -> Re
         keep_db: args.keep_db,
         statistics: args.statistics,
         json: args.json.clone(),
+        steady: args.steady_state.then_some(SteadyOptions {
+            factor: args.steady_factor,
+            max_ops: args.steady_max_ops,
+            ops: args.steady_ops,
+        }),
+        latency_target_us: args.latency_target_us,
     })
 }
 
@@ -348,6 +480,7 @@ fn main_inner() -> Result<()> {
     let cli = Cli::parse();
     match cli.cmd {
         Some(Cmd::Report(r)) => report::report(&r.json, r.out.as_deref()),
+        Some(Cmd::Repair(r)) => repair(&r),
         Some(Cmd::Compare(c)) => {
             let configs = c
                 .configs
@@ -410,6 +543,38 @@ mod tests {
     }
 
     #[test]
+    fn sweep_and_steady_flags() {
+        let cli = Cli::parse_from([
+            "tierkv-bench",
+            "--rate_sweep",
+            "0.8,0.2,0.5",
+            "--rate_of",
+            "each",
+            "--steady_state",
+            "--scale",
+            "vlsm-paper",
+        ]);
+        let config = Config::parse("fake").unwrap_or_else(|e| panic!("{e}"));
+        let plan =
+            plan_from(&cli.bench, vec![config], Scale::Tiny).unwrap_or_else(|e| panic!("{e}"));
+        match &plan.pacing {
+            Pacing::Sweep {
+                points,
+                base: SweepBase::Each,
+            } => assert_eq!(points, &[0.2, 0.5, 0.8]),
+            other => panic!("{other:?}"),
+        }
+        assert!(plan.steady.as_ref().is_some_and(|s| s.factor == 2.0));
+        assert_eq!(plan.setup.level_multiplier, 8);
+        assert_eq!(plan.setup.l1_size_bytes, 128 << 20);
+        let bad = Cli::parse_from(["tierkv-bench", "--rate_sweep", "0,1"]);
+        assert!(plan_from(&bad.bench, Vec::new(), Scale::Tiny).is_err());
+        assert!(
+            Cli::try_parse_from(["tierkv-bench", "--rate", "5", "--rate_sweep", "1,2"]).is_err()
+        );
+    }
+
+    #[test]
     fn main_job_runs_the_flagship_on_a_per_process_pm_dir() {
         let cli = Cli::parse_from(["tierkv-bench"]);
         assert!(cli.cmd.is_none());
@@ -420,12 +585,61 @@ mod tests {
         let dir = default_pm_dir();
         assert_eq!(plan.pm_base, dir);
         assert!(dir.parent().is_some_and(Path::is_dir));
+        assert!(plan.steady.is_none());
+        assert_eq!(plan.setup.level_multiplier, 10);
         assert_eq!(
             dir.file_name(),
             Some(std::ffi::OsStr::new(&format!(
                 "tierkv-bench-{}",
                 std::process::id()
             )))
+        );
+    }
+
+    #[test]
+    fn repair_subcommand_rebuilds_a_database_with_a_damaged_manifest() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let db_dir = tmp.path().join("db");
+        {
+            let db = tierkv::Db::open(&db_dir, tierkv::Options::default())
+                .unwrap_or_else(|e| panic!("{e}"));
+            for i in 0..500u32 {
+                db.put(format!("k{i:04}").as_bytes(), b"v")
+                    .unwrap_or_else(|e| panic!("{e}"));
+            }
+            db.flush().unwrap_or_else(|e| panic!("{e}"));
+            db.put(b"in-the-wal", b"w")
+                .unwrap_or_else(|e| panic!("{e}"));
+            db.close().unwrap_or_else(|e| panic!("{e}"));
+        }
+        let manifest = std::fs::read_dir(&db_dir)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("MANIFEST-"))
+            })
+            .unwrap_or_else(|| panic!("no manifest"));
+        let mut bytes = std::fs::read(&manifest).unwrap_or_else(|e| panic!("{e}"));
+        let mid = bytes.len() / 2;
+        bytes[mid] ^= 0x10;
+        std::fs::write(&manifest, bytes).unwrap_or_else(|e| panic!("{e}"));
+        assert!(tierkv::Db::open(&db_dir, tierkv::Options::default()).is_err());
+        let dir_arg = db_dir.to_string_lossy().into_owned();
+        let cli = Cli::parse_from(["tierkv-bench", "repair", dir_arg.as_str()]);
+        let Some(Cmd::Repair(args)) = cli.cmd else {
+            panic!("not the repair subcommand");
+        };
+        repair(&args).unwrap_or_else(|e| panic!("{e}"));
+        let db =
+            tierkv::Db::open(&db_dir, tierkv::Options::default()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            db.get(b"k0123").unwrap_or_else(|e| panic!("{e}")),
+            Some(b"v".to_vec())
+        );
+        assert_eq!(
+            db.get(b"in-the-wal").unwrap_or_else(|e| panic!("{e}")),
+            Some(b"w".to_vec())
         );
     }
 }

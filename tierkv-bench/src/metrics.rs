@@ -7,37 +7,61 @@
 //!   "scale": "medium", "value_size": 4096, "ops": 1048576, "seconds": 27.0,
 //!   "ops_per_sec": 38883.0, "mb_per_sec": 152.5,
 //!   "latency_us": {"avg":25.7,"p50":3.1,"p90":4.5,"p99":50,"p999":3093,"p9999":9215,"max":14988},
-//!   "stall": {"seconds":8.2,"percent":30.4,"count":120,"max_seconds":0.9},
+//!   "stall": {"writes":1048576,"write_seconds_max":0.34,"writes_over_1ms":9120,
+//!             "writes_over_10ms":310,"writes_over_100ms":4,"slow_write_time_percent":31.2,
+//!             "second_ops_min":1320.0,"second_ops_median":41000.0},
+//!   "engine_stall": {"seconds":8.2,"percent":30.4,"count":120,"max_seconds":0.9},
 //!   "troughs": {"seconds":6,"percent":22.2},
 //!   "bytes": {"user":…,"ssd_written":…,"ssd_read":…,"pm_written":0,"pm_relinked":0,"wal":…},
 //!   "write_amp": {"ssd":2.4,"pm":0.0,"total":2.4}, "io_amp": 3.1,
 //!   "chain_bytes": {"avg":…,"max":…},
 //!   "timeline": [41000, 39000, …], "compactions": [{…}], "levels": [{…}],
 //!   "cpu_seconds": 40.1, "peak_rss_bytes": 300000000,
-//!   "mode": "closed", "threads": 1, … }
+//!   "mode": "closed", "threads": 1, "debt": {…}, … }
 //! ```
 //!
 //! Fields after `peak_rss_bytes` are extensions the report uses (mode,
-//! rate, threads, key count, key size, the latency CDF).
+//! rate, threads, key count, key size, the latency CDF, the compaction
+//! debt, the steady-state warm-up, the rate sweep point).
 //!
 //! Rules:
-//! 1. `troughs`: seconds of the timeline whose completions are below 10% of
-//!    the run's median second; only whole seconds are judged (the partial
-//!    last second is not).
+//! 1. `troughs`: seconds of the timeline whose completions are below 20% of
+//!    the run's mean rate (operations ÷ seconds); only whole seconds are
+//!    judged (the partial last second is not). Not the median: where most
+//!    seconds are stalled the median is a stalled second, and a median rule
+//!    finds no trough at all.
 //! 2. `chain_bytes`: the input bytes of the compactions that start between
 //!    two consecutive memtable flushes (by flush start), averaged over those
 //!    intervals and maximised — vLSM's compaction-chain width.
-//! 3. `stall`: the engine's own accounting over the benchmark window; with
-//!    intervals (tierkv), those starting in the window; with counters only
-//!    (RocksDB), the difference of the counters.
+//! 3. `stall`: measured by the client, the same way for every engine, from
+//!    the latency of every write (closed loop: its service time; open loop:
+//!    from its scheduled start, so queueing behind a stall counts): the
+//!    longest write; the writes slower than 1, 10 and 100 ms; the share of
+//!    the run's wall time during which at least one write slower than 1 ms
+//!    was in progress (the union of their intervals, so it never exceeds
+//!    100% whatever the threads); and the slowest and median whole second
+//!    of the timeline (all operations). `engine_stall` is each engine's own
+//!    accounting over the benchmark window — with intervals (tierkv), those
+//!    starting in the window; with counters only (RocksDB), the difference
+//!    of the counters. The two count different things (tierkv counts every
+//!    wait, RocksDB its delay and stop paths) and are never compared.
 //! 4. amplification: `write_amp.ssd` = ssd_written / user,
 //!    `write_amp.pm` = (pm_written + pm_relinked) / user,
 //!    `write_amp.total` = (ssd_written + pm_written + pm_relinked) / user,
 //!    `io_amp` = (ssd_read + ssd_written) / user; 0 when nothing was written.
+//! 5. `debt`: the compaction debt of the level shape against the targets the
+//!    engine itself works to (tierkv: its design's; RocksDB: L1 target ×
+//!    multiplier, L0 at its compaction trigger): per level ≥ 1, the bytes
+//!    over target; L0's files against its trigger (and bytes against its
+//!    target). The deepest level holding data is not judged (it has no
+//!    level below to push into; RocksDB scores it 0 too). With regions,
+//!    each region is judged against the targets and the debts add up.
+//!    [`Debt::within`] is the steady-state test: every judged level at most
+//!    `factor` × its target (L0 by files where the engine counts files).
 
 use serde::{Deserialize, Serialize};
 
-use crate::engines::{CompactionEvent, EngineStats, FlushEvent, LevelShape};
+use crate::engines::{CompactionEvent, EngineStats, FlushEvent, LevelShape, LevelTargets};
 use crate::runner::{Hist, Measured};
 
 /// Latency percentiles in microseconds.
@@ -92,9 +116,36 @@ pub struct Latency {
     pub write: Option<LatencySummary>,
 }
 
-/// `stall`.
+/// `stall`: write stalls as the client sees them (rule 3), the same for
+/// every engine.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Stall {
+    /// Writes measured (0 for a read-only benchmark, or for a record written
+    /// before the client measured stalls: then only the per-second figures
+    /// are known, recomputed from the timeline).
+    pub writes: u64,
+    /// The longest write, in seconds.
+    pub write_seconds_max: f64,
+    /// Writes slower than 1 ms.
+    pub writes_over_1ms: u64,
+    /// Writes slower than 10 ms.
+    pub writes_over_10ms: u64,
+    /// Writes slower than 100 ms.
+    pub writes_over_100ms: u64,
+    /// Percent of the run's wall time during which a write slower than
+    /// 1 ms was in progress.
+    pub slow_write_time_percent: f64,
+    /// Completions in the slowest whole second.
+    pub second_ops_min: f64,
+    /// Completions in the median whole second.
+    pub second_ops_median: f64,
+}
+
+/// `engine_stall`: the engine's own stall accounting (rule 3), kept beside
+/// [`Stall`] and never compared across engines.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EngineStall {
     /// Seconds writes were delayed or stopped.
     pub seconds: f64,
     /// Percent of the benchmark's duration.
@@ -105,10 +156,121 @@ pub struct Stall {
     pub max_seconds: f64,
 }
 
+/// Bytes of one level against its target (rule 5).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LevelDebt {
+    /// Level (≥ 1).
+    pub level: usize,
+    /// Bytes in the level (all regions).
+    pub bytes: u64,
+    /// Its target (all regions).
+    pub target_bytes: u64,
+    /// Bytes over the target (summed per region).
+    pub over_bytes: u64,
+    /// The worst region's bytes ÷ target.
+    pub ratio: f64,
+}
+
+/// `debt`: the compaction debt of a level shape (rule 5).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Debt {
+    /// L0 tables (all regions).
+    pub l0_files: u64,
+    /// L0 tables at which L0 compaction starts (per region), where the
+    /// engine counts L0 in tables.
+    pub l0_files_trigger: Option<u64>,
+    /// L0 bytes (all regions).
+    pub l0_bytes: u64,
+    /// L0's target bytes (all regions), where the engine has one.
+    pub l0_target_bytes: Option<u64>,
+    /// Judged levels ≥ 1 (the deepest level holding data is not judged).
+    pub levels: Vec<LevelDebt>,
+    /// Bytes over target, all judged levels and L0 together.
+    pub over_bytes: u64,
+    /// The worst judged level's size ÷ target (L0: files ÷ trigger where the
+    /// engine counts files, else bytes ÷ target).
+    pub ratio_max: f64,
+    /// The engine's own estimate of the bytes compaction still has to
+    /// rewrite, where it reports one (RocksDB's
+    /// `rocksdb.estimate-pending-compaction-bytes`).
+    pub pending_compaction_bytes: Option<u64>,
+}
+
+impl Debt {
+    /// True if every judged level is at most `factor` × its target.
+    pub fn within(&self, factor: f64) -> bool {
+        self.ratio_max <= factor
+    }
+}
+
+/// The debt after one warm-up chunk of a steady-state run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DebtSample {
+    /// Warm-up operations so far.
+    pub ops: u64,
+    /// Seconds of warm-up so far.
+    pub seconds: f64,
+    /// [`Debt::over_bytes`].
+    pub over_bytes: u64,
+    /// [`Debt::ratio_max`].
+    pub ratio_max: f64,
+}
+
+/// `steady`: how a steady-state run got to its measured window
+/// (suite.rs, "Steady state").
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Steady {
+    /// The factor every level had to be within.
+    pub factor: f64,
+    /// Operations run before the measured window.
+    pub warmup_ops: u64,
+    /// Their wall seconds.
+    pub warmup_seconds: f64,
+    /// Why the warm-up ended: `within-factor` (three samples in a row with
+    /// every level within the factor), `plateau` (the debt stopped growing
+    /// without getting within the factor) or `budget` (neither, after
+    /// `--steady_max_ops`).
+    pub settled: String,
+    /// The debt after each warm-up chunk.
+    pub samples: Vec<DebtSample>,
+    /// The debt when the measured window started.
+    pub debt_start: Debt,
+}
+
+/// One of the numbers a design reports about itself (tierkv's
+/// `Design::counters`), when the benchmark started and when it ended:
+/// cumulative counters (take the difference) and gauges of the shape
+/// (read the end).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DesignCounter {
+    /// Its name (e.g. `vlsm.l1_l2.l2_bytes`).
+    pub name: String,
+    /// The value when the benchmark started.
+    pub start: f64,
+    /// The value when it ended.
+    pub end: f64,
+}
+
+/// `sweep`: one point of a `--rate_sweep`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SweepPoint {
+    /// The value listed in `--rate_sweep` (a fraction, or requests per
+    /// second when `of` is `None`).
+    pub point: f64,
+    /// Whose sustained rate the fraction refers to (a configuration, or
+    /// the configuration itself), `None` for absolute rates.
+    pub of: Option<String>,
+    /// That sustained rate (requests per second), when a fraction.
+    pub base_ops_per_sec: Option<f64>,
+    /// The latency target of the summary (P99, µs).
+    pub target_us: f64,
+}
+
 /// `troughs`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Troughs {
-    /// Seconds under 10% of the median second.
+    /// Whole seconds under 20% of the run's mean rate.
     pub seconds: u64,
     /// Percent of the judged seconds.
     pub percent: f64,
@@ -177,8 +339,11 @@ pub struct Record {
     pub mb_per_sec: f64,
     /// Latency percentiles.
     pub latency_us: Latency,
-    /// Write stalls.
+    /// Write stalls, measured by the client (rule 3).
     pub stall: Stall,
+    /// The engine's own stall accounting (rule 3).
+    #[serde(default)]
+    pub engine_stall: EngineStall,
     /// Throughput troughs.
     pub troughs: Troughs,
     /// Bytes moved.
@@ -233,6 +398,24 @@ pub struct Record {
     /// counter; 0 when the clock is unknown.
     #[serde(default)]
     pub cpu_cycles_per_op: f64,
+    /// Extension: CPU microseconds the open-loop generator thread spent per
+    /// request (0 in a closed loop).
+    #[serde(default)]
+    pub generator_cpu_us_per_op: f64,
+    /// Extension: the compaction debt when the benchmark ended (rule 5);
+    /// `None` when the engine reports no level targets.
+    #[serde(default)]
+    pub debt: Option<Debt>,
+    /// Extension: the warm-up of a steady-state run (`--steady_state`).
+    #[serde(default)]
+    pub steady: Option<Steady>,
+    /// Extension: the rate-sweep point of an open-loop run (`--rate_sweep`).
+    #[serde(default)]
+    pub sweep: Option<SweepPoint>,
+    /// Extension: what the engine's design reports about itself
+    /// (tierkv's `Design::counters`), at the start and the end.
+    #[serde(default)]
+    pub design_counters: Vec<DesignCounter>,
 }
 
 /// The sustained throughput of a run: operations per second over the
@@ -272,6 +455,56 @@ pub fn troughs(timeline: &[u64], seconds: f64) -> Troughs {
     if whole == 0 {
         return Troughs::default();
     }
+    let ops: u64 = timeline.iter().sum();
+    let mean = ops as f64 / seconds;
+    let n = timeline[..whole]
+        .iter()
+        .filter(|&&x| (x as f64) < 0.2 * mean)
+        .count() as u64;
+    Troughs {
+        seconds: n,
+        percent: 100.0 * n as f64 / whole as f64,
+    }
+}
+
+/// A write slower than this is a slow write (rule 3): 1 ms.
+pub const SLOW_WRITE_NS: u64 = 1_000_000;
+
+/// Wall nanoseconds covered by at least one of `intervals` (`(start, end)`
+/// in ns; sorted here).
+pub fn union_ns(intervals: &mut [(u64, u64)]) -> u64 {
+    intervals.sort_unstable();
+    let mut total = 0u64;
+    let mut cur: Option<(u64, u64)> = None;
+    for &(a, b) in intervals.iter() {
+        match cur {
+            Some((s, e)) if a <= e => cur = Some((s, e.max(b))),
+            Some((s, e)) => {
+                total += e - s;
+                cur = Some((a, b));
+            }
+            None => cur = Some((a, b)),
+        }
+    }
+    if let Some((s, e)) = cur {
+        total += e - s;
+    }
+    total
+}
+
+/// The slowest and the median whole second of a timeline; with no whole
+/// second, the run's mean rate for both.
+pub fn second_ops(timeline: &[u64], seconds: f64) -> (f64, f64) {
+    let whole = (seconds.floor() as usize).min(timeline.len());
+    if whole == 0 {
+        let ops: u64 = timeline.iter().sum();
+        let mean = if seconds > 0.0 {
+            ops as f64 / seconds
+        } else {
+            0.0
+        };
+        return (mean, mean);
+    }
     let mut sorted = timeline[..whole].to_vec();
     sorted.sort_unstable();
     let median = if whole % 2 == 1 {
@@ -279,14 +512,126 @@ pub fn troughs(timeline: &[u64], seconds: f64) -> Troughs {
     } else {
         (sorted[whole / 2 - 1] + sorted[whole / 2]) as f64 / 2.0
     };
-    let n = timeline[..whole]
-        .iter()
-        .filter(|&&x| (x as f64) < 0.1 * median)
-        .count() as u64;
-    Troughs {
-        seconds: n,
-        percent: 100.0 * n as f64 / whole as f64,
+    (sorted[0] as f64, median)
+}
+
+/// The client's stall measures (rule 3) from the write latencies, the
+/// intervals of the writes slower than [`SLOW_WRITE_NS`] (ns since the
+/// start, any order) and the timeline.
+pub fn client_stall(
+    write: &Hist,
+    slow_writes: &mut [(u64, u64)],
+    timeline: &[u64],
+    seconds: f64,
+) -> Stall {
+    let over = |ms: u64| -> u64 {
+        if write.is_empty() {
+            0
+        } else {
+            write.len() - write.count_between(0, ms * 1_000_000)
+        }
+    };
+    let (min, median) = second_ops(timeline, seconds);
+    let slow_ns = union_ns(slow_writes);
+    Stall {
+        writes: write.len(),
+        write_seconds_max: if write.is_empty() {
+            0.0
+        } else {
+            write.max() as f64 / 1e9
+        },
+        writes_over_1ms: over(1),
+        writes_over_10ms: over(10),
+        writes_over_100ms: over(100),
+        slow_write_time_percent: if seconds > 0.0 {
+            (100.0 * slow_ns as f64 / 1e9 / seconds).min(100.0)
+        } else {
+            0.0
+        },
+        second_ops_min: min,
+        second_ops_median: median,
     }
+}
+
+/// The debt of per-region level shapes against the engine's targets
+/// (rule 5).
+pub fn debt(
+    regions: &[Vec<LevelShape>],
+    targets: &LevelTargets,
+    pending_compaction_bytes: Option<u64>,
+) -> Debt {
+    let mut d = Debt {
+        l0_files_trigger: targets.l0_files,
+        pending_compaction_bytes,
+        ..Debt::default()
+    };
+    let l0_target = targets.bytes.first().copied().filter(|&b| b > 0);
+    let mut l0_target_total = 0u64;
+    for shape in regions {
+        let depth = shape.iter().map(|l| l.level + 1).max().unwrap_or(0);
+        let mut bytes = vec![0u64; depth.max(1)];
+        let mut l0_files = 0u64;
+        for l in shape {
+            bytes[l.level] += l.bytes;
+            if l.level == 0 {
+                l0_files += l.files;
+            }
+        }
+        d.l0_files += l0_files;
+        d.l0_bytes += bytes[0];
+        let mut l0_ratio = 0.0;
+        if let Some(t) = l0_target {
+            l0_target_total += t;
+            d.over_bytes += bytes[0].saturating_sub(t);
+            l0_ratio = bytes[0] as f64 / t as f64;
+        }
+        if let Some(n) = targets.l0_files.filter(|&n| n > 0) {
+            l0_ratio = l0_files as f64 / n as f64;
+        }
+        d.ratio_max = d.ratio_max.max(l0_ratio);
+        // The deepest level holding data is not judged.
+        let deepest = (1..bytes.len()).rev().find(|&l| bytes[l] > 0).unwrap_or(0);
+        for (level, &b) in bytes.iter().enumerate().take(deepest).skip(1) {
+            let Some(&t) = targets.bytes.get(level).filter(|&&t| t > 0) else {
+                continue;
+            };
+            let over = b.saturating_sub(t);
+            let ratio = b as f64 / t as f64;
+            d.over_bytes += over;
+            d.ratio_max = d.ratio_max.max(ratio);
+            match d.levels.iter_mut().find(|x| x.level == level) {
+                Some(x) => {
+                    x.bytes += b;
+                    x.target_bytes += t;
+                    x.over_bytes += over;
+                    x.ratio = x.ratio.max(ratio);
+                }
+                None => d.levels.push(LevelDebt {
+                    level,
+                    bytes: b,
+                    target_bytes: t,
+                    over_bytes: over,
+                    ratio,
+                }),
+            }
+        }
+    }
+    d.l0_target_bytes = l0_target.map(|_| l0_target_total);
+    d.levels.sort_by_key(|l| l.level);
+    d
+}
+
+/// The debt of an engine's statistics, if it reports level targets.
+pub fn debt_of(stats: &EngineStats) -> Option<Debt> {
+    let targets = stats.targets.as_ref()?;
+    let one;
+    let regions: &[Vec<LevelShape>] = if stats.regions.is_empty() {
+        one = [stats.levels.clone()];
+        &one
+    } else {
+        &stats.regions
+    };
+    Some(debt(regions, targets, stats.pending_compaction_bytes))
 }
 
 /// The chain rule (rule 2).
@@ -311,8 +656,9 @@ pub fn chain_bytes(flushes: &[FlushEvent], compactions: &[CompactionEvent]) -> C
     }
 }
 
-/// Stall accounting over the window `(t0, t1]` of engine uptime (rule 3).
-pub fn stall_in_window(before: &EngineStats, after: &EngineStats, seconds: f64) -> Stall {
+/// The engine's own stall accounting over the window `(t0, t1]` of engine
+/// uptime (rule 3).
+pub fn stall_in_window(before: &EngineStats, after: &EngineStats, seconds: f64) -> EngineStall {
     let (secs, count, max) = match &after.stall.intervals {
         Some(iv) => {
             let inside: Vec<f64> = iv
@@ -340,7 +686,7 @@ pub fn stall_in_window(before: &EngineStats, after: &EngineStats, seconds: f64) 
             (secs, count, max)
         }
     };
-    Stall {
+    EngineStall {
         seconds: secs,
         percent: if seconds > 0.0 {
             (100.0 * secs / seconds).min(100.0)
@@ -456,7 +802,8 @@ pub fn build_record(
             read: mixed.then(|| LatencySummary::from_hist(&t.read)),
             write: mixed.then(|| LatencySummary::from_hist(&t.write)),
         },
-        stall: stall_in_window(before, after, m.seconds),
+        stall: client_stall(&t.write, &mut t.slow_writes.clone(), &t.timeline, m.seconds),
+        engine_stall: stall_in_window(before, after, m.seconds),
         troughs: troughs(&t.timeline, m.seconds),
         write_amp: WriteAmp {
             ssd: ratio(bytes.ssd_written, bytes.user),
@@ -486,7 +833,60 @@ pub fn build_record(
         latency_cdf: cdf,
         cpu_us_per_op: per_op(usage.cpu_seconds * 1e6, t.ops),
         cpu_cycles_per_op: per_op(usage.cpu_seconds * usage.cpu_hz, t.ops),
+        generator_cpu_us_per_op: per_op(m.generator_cpu_seconds * 1e6, t.ops),
+        debt: debt_of(after),
+        steady: None,
+        sweep: None,
+        design_counters: after
+            .design_counters
+            .iter()
+            .map(|(name, end)| DesignCounter {
+                name: name.clone(),
+                start: before
+                    .design_counters
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map_or(0.0, |x| x.1),
+                end: *end,
+            })
+            .collect(),
     }
+}
+
+/// Reads a JSON array of records, including those written before the
+/// client measured stalls: their `stall` was the engine's own accounting
+/// (`seconds`, `percent`, `count`, `max_seconds`); it moves to
+/// `engine_stall`, and `stall` keeps what the timeline still tells (the
+/// per-second minimum and median) with `writes` = 0 (unknown).
+pub fn parse_records(text: &str) -> std::result::Result<Vec<Record>, String> {
+    let mut v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    let mut legacy = Vec::new();
+    if let Some(items) = v.as_array_mut() {
+        for (i, r) in items.iter_mut().enumerate() {
+            let Some(obj) = r.as_object_mut() else {
+                continue;
+            };
+            let old = obj
+                .get("stall")
+                .is_some_and(|s| s.get("max_seconds").is_some());
+            if old && !obj.contains_key("engine_stall") {
+                if let Some(st) = obj.remove("stall") {
+                    obj.insert("engine_stall".into(), st);
+                }
+                obj.insert("stall".into(), serde_json::json!({}));
+                legacy.push(i);
+            }
+        }
+    }
+    let mut records: Vec<Record> = serde_json::from_value(v).map_err(|e| e.to_string())?;
+    for i in legacy {
+        if let Some(r) = records.get_mut(i) {
+            let (min, median) = second_ops(&r.timeline, r.seconds);
+            r.stall.second_ops_min = min;
+            r.stall.second_ops_median = median;
+        }
+    }
+    Ok(records)
 }
 
 fn compactions_abs(
@@ -530,17 +930,127 @@ mod tests {
 
     #[test]
     fn trough_rule() {
-        // Median of the 10 whole seconds is 1000; 50 and 99 are troughs,
-        // 100 is not (not *below* 10%), and the partial 11th second is ignored.
+        // 10 whole seconds + a partial 11th: 7,252 ops in 10.5 s, a mean of
+        // 690.7 ops/s; seconds under 138.1 (20%) are troughs: 50, 99 and 100.
         let tl = [1000, 1000, 50, 1000, 100, 1000, 99, 1000, 1000, 1000, 3];
         let t = troughs(&tl, 10.5);
-        assert_eq!(t.seconds, 2);
-        assert!((t.percent - 20.0).abs() < 1e-9);
+        assert_eq!(t.seconds, 3);
+        assert!((t.percent - 30.0).abs() < 1e-9);
         assert_eq!(troughs(&[5], 0.9), Troughs::default());
-        // A run stalled most of the time has a low median: nothing is
-        // *below* 10% of it. The rule is relative by design.
+        // A run stalled most of the time: the median second is a stalled
+        // one, but the mean is not — the stalled seconds are troughs.
         let t = troughs(&[0, 0, 0, 500, 500], 5.0);
-        assert_eq!(t.seconds, 0);
+        assert_eq!(t.seconds, 3);
+    }
+
+    #[test]
+    fn client_stall_rule() {
+        let mut h = new_hist();
+        // 100 writes: 90 fast, 6 over 1 ms, 3 over 10 ms, 1 of 150 ms.
+        for _ in 0..90 {
+            h.record(20_000).unwrap_or(());
+        }
+        for v in [2, 3, 4, 5, 6, 7, 20, 30, 40, 150u64] {
+            h.record(v * 1_000_000).unwrap_or(());
+        }
+        // Slow writes overlapping in time (two threads): 0–150 ms and
+        // 100–130 ms make 150 ms of wall time; 500–502 ms adds 2.
+        let mut slow = vec![
+            (100_000_000, 130_000_000),
+            (0, 150_000_000),
+            (500_000_000, 502_000_000),
+        ];
+        let tl = [40, 10, 50];
+        let s = client_stall(&h, &mut slow, &tl, 2.5);
+        assert_eq!(s.writes, 100);
+        assert!((s.write_seconds_max - 0.15).abs() < 0.001, "{s:?}");
+        assert_eq!(
+            (s.writes_over_1ms, s.writes_over_10ms, s.writes_over_100ms),
+            (10, 4, 1)
+        );
+        assert!((s.slow_write_time_percent - 100.0 * 0.152 / 2.5).abs() < 1e-9);
+        assert_eq!((s.second_ops_min, s.second_ops_median), (10.0, 25.0));
+        // No writes: only the per-second figures.
+        let s = client_stall(&new_hist(), &mut [], &[7, 9, 8], 3.0);
+        assert_eq!((s.writes, s.writes_over_1ms), (0, 0));
+        assert_eq!((s.second_ops_min, s.second_ops_median), (7.0, 8.0));
+    }
+
+    fn shape(level: usize, files: u64, mib: u64) -> LevelShape {
+        LevelShape {
+            level,
+            tier: "ssd".into(),
+            files,
+            bytes: mib << 20,
+        }
+    }
+
+    #[test]
+    fn debt_rule() {
+        // Classic at `medium`: L0 at 4 files × 64 MiB, L1 256 MiB, × 10.
+        let targets = LevelTargets {
+            l0_files: Some(4),
+            bytes: vec![256 << 20, 256 << 20, 2560 << 20, 25600 << 20],
+        };
+        // End of a fill: 9 L0 files, L1 at 4.5×, L2 under target, L3 the
+        // deepest level (not judged even though it is "over" nothing).
+        let end_of_fill = vec![
+            shape(0, 9, 576),
+            shape(1, 18, 1152),
+            shape(2, 30, 2000),
+            shape(3, 10, 600),
+        ];
+        let d = debt(&[end_of_fill], &targets, Some(123));
+        assert!((d.ratio_max - 4.5).abs() < 1e-9, "{d:?}");
+        assert_eq!(d.l0_files, 9);
+        assert_eq!(d.levels.len(), 2, "L1 and L2 judged, not L3");
+        assert_eq!(d.levels[0].over_bytes, 896 << 20);
+        assert_eq!(d.over_bytes, (320 + 896) << 20);
+        assert_eq!(d.pending_compaction_bytes, Some(123));
+        assert!(!d.within(2.0) && d.within(5.0));
+        // Two regions: judged each against the targets, added up; the worst
+        // region's ratio counts.
+        let calm = vec![shape(0, 1, 64), shape(1, 2, 128), shape(2, 5, 300)];
+        let busy = vec![shape(0, 6, 384), shape(1, 8, 512), shape(2, 5, 300)];
+        let d = debt(&[calm, busy], &targets, None);
+        assert!((d.ratio_max - 2.0).abs() < 1e-9, "{d:?}");
+        assert_eq!(d.levels[0].target_bytes, 512 << 20);
+        assert_eq!(d.levels[0].over_bytes, 256 << 20);
+        assert_eq!(d.l0_files, 7);
+        // A byte-sized L0 target (a PM container): L0 judged by bytes.
+        let pm = LevelTargets {
+            l0_files: None,
+            bytes: vec![100 << 20, 400 << 20, 4000 << 20],
+        };
+        let d = debt(&[vec![shape(0, 3, 150), shape(1, 5, 100)]], &pm, None);
+        assert!((d.ratio_max - 1.5).abs() < 1e-9);
+        assert_eq!(d.over_bytes, 50 << 20);
+        assert_eq!(union_ns(&mut [(5, 9), (1, 3), (2, 4), (9, 10)]), 8);
+    }
+
+    #[test]
+    fn old_records_stay_readable() {
+        let old = r#"[{"engine":"rocksdb","config":"rocksdb-ssd","benchmark":"fillrandom","scale":"tiny",
+            "value_size":4096,"ops":10,"seconds":3.0,"ops_per_sec":3.3,"mb_per_sec":0.1,
+            "latency_us":{"avg":1,"p50":1,"p90":1,"p99":1,"p999":1,"p9999":1,"max":1},
+            "stall":{"seconds":1.5,"percent":50.0,"count":3,"max_seconds":0.9},
+            "troughs":{"seconds":0,"percent":0},
+            "bytes":{"user":1,"ssd_written":1,"ssd_read":0,"pm_written":0,"wal":1},
+            "write_amp":{"ssd":1,"total":1},"io_amp":1,"chain_bytes":{"avg":0,"max":0},
+            "timeline":[4,2,4],"compactions":[],"levels":[],"cpu_seconds":1,"peak_rss_bytes":1}]"#;
+        let r = parse_records(old).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0].engine_stall.count, 3);
+        assert!((r[0].engine_stall.max_seconds - 0.9).abs() < 1e-9);
+        assert_eq!(r[0].stall.writes, 0);
+        assert_eq!(
+            (r[0].stall.second_ops_min, r[0].stall.second_ops_median),
+            (2.0, 4.0)
+        );
+        assert!(r[0].debt.is_none() && r[0].steady.is_none() && r[0].sweep.is_none());
+        // New records round-trip unchanged.
+        let text = serde_json::to_string(&r).unwrap_or_default();
+        assert_eq!(parse_records(&text).unwrap_or_default(), r);
     }
 
     #[test]
@@ -640,6 +1150,7 @@ mod tests {
             thread_seconds: 2.0,
             open_loop: true,
             rate: Some(1000.0),
+            generator_cpu_seconds: 0.0,
         };
         m.tally.ops = 999;
         m.tally.written = 1000;
@@ -691,6 +1202,7 @@ mod tests {
             "mb_per_sec",
             "latency_us",
             "stall",
+            "engine_stall",
             "troughs",
             "bytes",
             "write_amp",
@@ -715,7 +1227,23 @@ mod tests {
             assert!(rec["latency_us"]["read"].get(k).is_some());
             assert!(rec["latency_us"]["write"].get(k).is_some());
         }
-        sub("stall", &["seconds", "percent", "count", "max_seconds"]);
+        sub(
+            "stall",
+            &[
+                "writes",
+                "write_seconds_max",
+                "writes_over_1ms",
+                "writes_over_10ms",
+                "writes_over_100ms",
+                "slow_write_time_percent",
+                "second_ops_min",
+                "second_ops_median",
+            ],
+        );
+        sub(
+            "engine_stall",
+            &["seconds", "percent", "count", "max_seconds"],
+        );
         sub("troughs", &["seconds", "percent"]);
         sub(
             "bytes",

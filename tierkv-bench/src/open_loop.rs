@@ -4,11 +4,12 @@
 //! A generator thread ([`Schedule::generate`]) wakes up, pushes every request
 //! that is due within [`LOOKAHEAD`] into an [`OpQueue`] together with its
 //! *scheduled* instant, and sleeps until the next request is due within the
-//! lookahead, at least a quarter of it (it never spins: at 50 K requests/s
+//! lookahead, at least half of it (it never spins: at 50 K requests/s
 //! a spinning generator would take a whole core from the engine on a
 //! 2-core machine). Worker threads pop requests, wait
-//! until the scheduled instant ([`wait_until`]: sleep, then yield the CPU
-//! for the last few µs) and measure latency from it to completion. The
+//! until the scheduled instant ([`wait_until`]: sleep until the measured
+//! median sleep overshoot before it, then yield the CPU for what is left,
+//! usually nothing) and measure latency from it to completion. The
 //! lookahead hides the cost of waking a worker blocked on the queue (tens
 //! of µs in a VM) and the generator's coarse sleeps, so a request starts on
 //! time when a worker is free; it never starts early. If
@@ -32,7 +33,7 @@ use std::time::{Duration, Instant};
 use crate::workload::Op;
 
 /// How far ahead of its scheduled instant a request is queued (at most).
-pub const LOOKAHEAD: Duration = Duration::from_millis(1);
+pub const LOOKAHEAD: Duration = Duration::from_millis(2);
 
 /// How late a short sleep of this thread ends, measured once per process
 /// (median of 21 sleeps of 50 µs; ≈ 30 µs in a VM even with 1 ns timer
@@ -54,21 +55,22 @@ pub fn sleep_overshoot() -> Duration {
     })
 }
 
-/// Waits until `t`: sleeps while the wait is longer than the measured sleep
-/// overshoot, then yields the CPU until `t` (a few tens of µs), so requests
-/// start on time without taking the CPU from the engine's background
-/// threads between them (a yield returns at once when no other thread wants
-/// the CPU). Call [`crate::sys::set_timer_slack_ns`] on the thread first.
+/// Waits until `t`: sleeps until the measured median sleep overshoot
+/// before `t` (so the sleep ends about at `t`), then yields the CPU until
+/// `t` if it ended early. Requests start on time (late by the overshoot's
+/// spread above its median, a few µs) and the wait costs CPU only for the
+/// rare early wake-ups, not for a fixed spin before every request. Call
+/// [`crate::sys::set_timer_slack_ns`] on the thread first.
 pub fn wait_until(t: Instant) {
-    let margin = sleep_overshoot() + Duration::from_micros(10);
+    let overshoot = sleep_overshoot();
     loop {
         let now = Instant::now();
         if now >= t {
             return;
         }
         let wait = t - now;
-        if wait > margin {
-            std::thread::sleep(wait - margin);
+        if wait > overshoot + Duration::from_micros(2) {
+            std::thread::sleep(wait - overshoot);
         } else {
             std::thread::yield_now();
         }
@@ -116,10 +118,10 @@ impl Schedule {
     ) {
         // Requests are queued up to LOOKAHEAD ahead, so the generator's own
         // timing needs no precision: between batches it sleeps until the
-        // next request is LOOKAHEAD away, at least a quarter of LOOKAHEAD
-        // (plus the sleep's overshoot), and never spins.
+        // next request is LOOKAHEAD away, at least half of LOOKAHEAD (plus
+        // the sleep's overshoot), and never spins.
         crate::sys::set_timer_slack_ns(1);
-        let nap = LOOKAHEAD / 4;
+        let nap = LOOKAHEAD / 2;
         let mut i = 0u64;
         let mut batch = Vec::new();
         while i < total && !abort.load(Ordering::Relaxed) {

@@ -82,6 +82,10 @@ pub struct Tally {
     pub write: Hist,
     /// Completions per second since the start.
     pub timeline: Vec<u64>,
+    /// `(start, end)` in ns since the start of every write slower than
+    /// [`crate::metrics::SLOW_WRITE_NS`] (start = scheduled start in an
+    /// open loop).
+    pub slow_writes: Vec<(u64, u64)>,
 }
 
 impl Default for Tally {
@@ -103,6 +107,7 @@ impl Tally {
             read: new_hist(),
             write: new_hist(),
             timeline: Vec::new(),
+            slow_writes: Vec::new(),
         }
     }
 
@@ -124,7 +129,13 @@ impl Tally {
                 self.reads += 1;
                 self.found += u64::from(out.found);
             }
-            Some(Class::Write) => self.write.saturating_record(ns.max(1)),
+            Some(Class::Write) => {
+                self.write.saturating_record(ns.max(1));
+                if ns > crate::metrics::SLOW_WRITE_NS {
+                    let end = done.saturating_duration_since(start).as_nanos() as u64;
+                    self.slow_writes.push((end.saturating_sub(ns), end));
+                }
+            }
             None => {}
         }
         if counted {
@@ -154,6 +165,7 @@ impl Tally {
         for (a, b) in self.timeline.iter_mut().zip(o.timeline) {
             *a += b;
         }
+        self.slow_writes.extend(o.slow_writes);
     }
 }
 
@@ -170,6 +182,8 @@ pub struct Measured {
     pub open_loop: bool,
     /// The open-loop rate.
     pub rate: Option<f64>,
+    /// CPU seconds of the open-loop generator thread (0 in a closed loop).
+    pub generator_cpu_seconds: f64,
 }
 
 struct Shared {
@@ -207,18 +221,19 @@ pub fn run(
     // Time zero of the timeline: the first scheduled request in an open loop.
     let origin = sched.as_ref().map_or(start, |s| s.start);
     let queue = OpQueue::new();
-    let (results, bg) = std::thread::scope(|s| {
+    let (results, bg, generator_cpu_seconds) = std::thread::scope(|s| {
         let (shared, queue) = (&shared, &queue);
         let bg = w
             .background_writer
             .then(|| s.spawn(move || background_writer(engine, w, shared, origin)));
-        if let Some(sched) = &sched {
+        let generator = sched.as_ref().map(|sched| {
             s.spawn(move || {
                 crate::sys::raise_thread_priority(CLIENT_NICE);
                 let mut gen = w.stream(0, 1);
                 sched.generate(total, queue, &shared.abort, || gen.next_op());
-            });
-        }
+                crate::sys::thread_cpu_seconds()
+            })
+        });
         let handles: Vec<_> = (0..threads)
             .map(|t| match sched {
                 None => s.spawn(move || closed_worker(engine, w, t, threads, shared, origin)),
@@ -229,7 +244,8 @@ pub fn run(
         let results: Vec<_> = handles.into_iter().map(|h| h.join()).collect();
         shared.readers_done.store(true, Ordering::Release);
         let bg = bg.map(|h| h.join());
-        (results, bg)
+        let gen_cpu = generator.map_or(0.0, |h| h.join().unwrap_or(0.0));
+        (results, bg, gen_cpu)
     });
     let mut tally = Tally::new();
     let mut thread_seconds = 0.0;
@@ -255,6 +271,7 @@ pub fn run(
         thread_seconds,
         open_loop: opts.rate.is_some(),
         rate: opts.rate,
+        generator_cpu_seconds,
     })
 }
 

@@ -10,20 +10,82 @@
 //! A configuration the engine refuses (`Error::Refused`: not built in,
 //! invalid options) or that fails is reported on stderr and skipped; the
 //! others still run.
+//!
+//! # Steady state (`--steady_state`)
+//!
+//! A fill is a transient: when it ends, every engine holds compaction debt
+//! (L1 at several times its target, L0 files past the trigger). With
+//! `--steady_state`, each benchmark that writes and is not a fill
+//! (`overwrite`, `ycsb-a`, `-b`, `-d`, `-e`, `-f`) first *warms up*: it runs
+//! its own workload (another seed, the same pacing) in chunks of a tenth of
+//! its operations, and after each chunk samples the engine's level shape
+//! against the targets the engine itself works to (`Engine::shape`,
+//! metrics rule 5). The warm-up ends when
+//! 1. `within-factor`: three samples in a row have every judged level at
+//!    most `--steady_factor` × its target (L0 by files where the engine
+//!    counts files); or
+//! 2. `plateau`: the debt stopped moving — the mean bytes over target of
+//!    the last four samples is within 10% of the four before (at least
+//!    eight samples); or
+//! 3. `budget`: `--steady_max_ops` (default 3 × the benchmark's operations)
+//!    ran without either.
+//!
+//! Then the benchmark is measured for its operations (or `--steady_ops`),
+//! and its record carries the warm-up (`steady`: how it ended, the samples,
+//! the debt when the window started) beside the debt when it ended
+//! (`debt`). Fills and read-only benchmarks are measured as they are.
+//!
+//! # Rate sweep (`--rate_sweep`)
+//!
+//! The last benchmark of the list runs open loop at each rate of the sweep
+//! (ascending); the benchmarks before it prepare the database closed loop
+//! (e.g. `ycsb-load,ycsb-a` loads once and sweeps A's rates one after the
+//! other on the same database). A fill is measured from empty, so when the
+//! last benchmark is a fill every rate gets a fresh database. Rates are
+//! absolute, or fractions of a configuration's sustained rate
+//! (`--rate_of CONFIG`, measured first closed loop, the same rates for
+//! every configuration; `--rate_of each`: each configuration's own). Each
+//! point's record carries `sweep` (the listed value, the base rate, the
+//! latency target); `report` draws latency against offered load and finds
+//! the highest rate meeting the target.
 
 use std::io::{IsTerminal as _, Write as _};
 use std::path::{Path, PathBuf};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::db_bench::{histogram_text, summary_line};
+use crate::db_bench::{histogram_text, stall_line, summary_line};
 use crate::engines::{self, Config, EngineSetup};
 use crate::error::{io_err, Error, Result};
-use crate::metrics::{build_record, ProcessUsage, Record, RecordContext};
+use crate::metrics::{
+    build_record, DebtSample, ProcessUsage, Record, RecordContext, Steady, SweepPoint,
+};
 use crate::runner::{run, RunOptions};
 use crate::scale::Scale;
 use crate::sys;
 use crate::workload::{is_fill, Workload, WorkloadParams};
+
+/// What the fractions of a rate sweep refer to.
+#[derive(Debug, Clone)]
+pub enum SweepBase {
+    /// The listed rates are requests per second.
+    Absolute,
+    /// Fractions of this configuration's sustained rate (measured first).
+    Of(Config),
+    /// Fractions of each configuration's own sustained rate.
+    Each,
+}
+
+/// A steady-state run's settings (module doc).
+#[derive(Debug, Clone)]
+pub struct SteadyOptions {
+    /// Every level within this factor of its target.
+    pub factor: f64,
+    /// Warm-up operations at most (default 3 × the benchmark's).
+    pub max_ops: Option<u64>,
+    /// Operations of the measured window (default the benchmark's).
+    pub ops: Option<u64>,
+}
 
 /// How requests are paced.
 #[derive(Debug, Clone)]
@@ -41,6 +103,13 @@ pub enum Pacing {
         fraction: f64,
         /// The configuration measured.
         of: Config,
+    },
+    /// Open loop at each of several rates (module doc).
+    Sweep {
+        /// The listed values, ascending.
+        points: Vec<f64>,
+        /// What they refer to.
+        base: SweepBase,
     },
 }
 
@@ -83,6 +152,10 @@ pub struct Plan {
     pub statistics: bool,
     /// Write the records here after every configuration.
     pub json: Option<PathBuf>,
+    /// Warm up to a steady state before each writing benchmark.
+    pub steady: Option<SteadyOptions>,
+    /// The P99 target of a rate sweep's summary, in µs.
+    pub latency_target_us: f64,
 }
 
 impl Plan {
@@ -112,6 +185,19 @@ impl Plan {
         }
     }
 
+    /// Key numbers of the run lie below this: the largest `num` of its
+    /// benchmarks, or 2^63 if YCSB's hashed keys are among them.
+    pub fn key_count(&self) -> u64 {
+        let mut n = 0;
+        for b in &self.benchmarks {
+            if b.starts_with("ycsb-") {
+                return 1 << 63;
+            }
+            n = n.max(self.params_for(b).num);
+        }
+        n
+    }
+
     /// Bytes the SSD and PM directories may need at most, per configuration.
     pub fn space_needed(&self, config: &Config) -> (u64, u64) {
         let mut live = 0u64;
@@ -129,6 +215,8 @@ impl Plan {
         let ssd = live * 22 / 10 + 4 * mem + (64 << 20);
         let pm = if !config.uses_pm() {
             0
+        } else if matches!(config.kind, engines::EngineKind::RocksdbPm) {
+            ssd
         } else if matches!(config.kind, engines::EngineKind::RocksdbL0Pm) {
             (self.setup.l0_triggers.2 as u64 + 6) * self.setup.sst_size_bytes.max(mem)
         } else {
@@ -195,9 +283,143 @@ fn progress_bar(label: &str) -> ProgressBar {
     pb
 }
 
-/// Runs every benchmark of `plan` on `config`; `rates[i]` paces benchmark `i`
-/// open loop when given.
-pub fn run_config(plan: &Plan, config: &Config, rates: Option<&[f64]>) -> Result<Vec<Record>> {
+/// One benchmark of a configuration's run.
+#[derive(Debug, Clone)]
+pub struct Step {
+    /// The benchmark.
+    pub bench: String,
+    /// Open loop at this rate; `None`: closed loop.
+    pub rate: Option<f64>,
+    /// The sweep point, if the step is one.
+    pub sweep: Option<SweepPoint>,
+}
+
+impl Step {
+    /// A closed-loop step.
+    pub fn closed(bench: &str) -> Step {
+        Step {
+            bench: bench.to_string(),
+            rate: None,
+            sweep: None,
+        }
+    }
+}
+
+/// True for benchmarks a steady-state run warms up before measuring: those
+/// that write and do not build the data set.
+pub fn warms_up(bench: &str) -> bool {
+    matches!(
+        bench,
+        "overwrite" | "ycsb-a" | "ycsb-b" | "ycsb-d" | "ycsb-e" | "ycsb-f"
+    )
+}
+
+/// The warm-up's end rule (module doc), over the samples so far: why it
+/// may end, or `None` to go on.
+pub fn settled(samples: &[DebtSample], factor: f64) -> Option<&'static str> {
+    let n = samples.len();
+    if n >= 5 && samples[n - 3..].iter().all(|s| s.ratio_max <= factor) {
+        return Some("within-factor");
+    }
+    if n >= 8 {
+        let mean =
+            |s: &[DebtSample]| s.iter().map(|x| x.over_bytes as f64).sum::<f64>() / s.len() as f64;
+        let (a, b) = (mean(&samples[n - 8..n - 4]), mean(&samples[n - 4..]));
+        if (b - a).abs() <= 0.1 * a.max(b) {
+            return Some("plateau");
+        }
+    }
+    None
+}
+
+/// Warm-ups use their own request stream.
+const WARMUP_SEED: u64 = 0x5354_4541_4459; // "STEADY"
+
+/// Runs `w`'s workload in chunks until the debt settles (module doc).
+/// Returns the warm-up record part and the next insert key number.
+fn warm_up(
+    engine: &dyn engines::Engine,
+    plan: &Plan,
+    w: &Workload,
+    params: &WorkloadParams,
+    opts: &RunOptions,
+    label: &str,
+) -> Result<(Steady, u64)> {
+    let so = plan.steady.clone().unwrap_or(SteadyOptions {
+        factor: 2.0,
+        max_ops: None,
+        ops: None,
+    });
+    let threads = opts.threads.max(1) as u64;
+    let total = w.total_ops(opts.threads);
+    let chunk = (total / 10).max(1000);
+    let budget = so.max_ops.unwrap_or(3 * total);
+    let mut samples: Vec<DebtSample> = Vec::new();
+    let mut next_insert = w.inserts.count();
+    let mut done = 0u64;
+    let mut seconds = 0.0;
+    let t0 = std::time::Instant::now();
+    let mut last_debt = None;
+    let settled_by = loop {
+        if done >= budget {
+            break "budget";
+        }
+        let n = chunk.min(budget - done);
+        let mut cw = Workload::new(&w.name, params)?;
+        cw.ops = if cw.ops_per_thread {
+            n.div_ceil(threads)
+        } else {
+            n
+        };
+        cw.seed = w.seed ^ WARMUP_SEED ^ (samples.len() as u64 + 1).wrapping_mul(0x9e37_79b9);
+        cw.inserts = crate::keys::InsertCounter::new(next_insert);
+        let pb = progress_bar(&format!("{label} warm-up"));
+        let m = run(engine, &cw, opts, &pb)?;
+        pb.finish_and_clear();
+        next_insert = cw.inserts.count();
+        done += m.tally.ops;
+        seconds = t0.elapsed().as_secs_f64();
+        let shape = engine.shape()?;
+        let d = crate::metrics::debt_of(&shape).ok_or_else(|| {
+            Error::Usage(format!(
+                "--steady_state: `{label}` reports no level targets, so its compaction debt cannot be measured"
+            ))
+        })?;
+        samples.push(DebtSample {
+            ops: done,
+            seconds,
+            over_bytes: d.over_bytes,
+            ratio_max: d.ratio_max,
+        });
+        last_debt = Some(d);
+        if let Some(why) = settled(&samples, so.factor) {
+            break why;
+        }
+    };
+    let debt_start = match last_debt {
+        Some(d) => d,
+        None => crate::metrics::debt_of(&engine.shape()?).unwrap_or_default(),
+    };
+    eprintln!(
+        "{label}: warm-up {done} ops in {seconds:.1} s, ended by {settled_by}; worst level {:.2}× its target, {:.0} MiB over",
+        debt_start.ratio_max,
+        debt_start.over_bytes as f64 / 1048576.0
+    );
+    Ok((
+        Steady {
+            factor: so.factor,
+            warmup_ops: done,
+            warmup_seconds: seconds,
+            settled: settled_by.to_string(),
+            samples,
+            debt_start,
+        },
+        next_insert,
+    ))
+}
+
+/// Runs `steps` on a fresh database of `config`.
+pub fn run_config(plan: &Plan, config: &Config, steps: &[Step]) -> Result<Vec<Record>> {
     let (ssd_dir, pm_dir) = plan.dirs(config);
     remove_dir(&ssd_dir)?;
     remove_dir(&pm_dir)?;
@@ -208,19 +430,38 @@ pub fn run_config(plan: &Plan, config: &Config, rates: Option<&[f64]>) -> Result
     let setup = EngineSetup {
         ssd_dir: ssd_dir.clone(),
         pm_dir: pm_dir.clone(),
+        key_count: plan.key_count(),
+        key_size: plan.key_size,
         ..plan.setup.clone()
     };
     let result = (|| {
         let engine = engines::open(config, &setup)?;
         let mut records = Vec::new();
-        for (i, b) in plan.benchmarks.iter().enumerate() {
+        for step in steps {
+            let b = step.bench.as_str();
             let params = plan.params_for(b);
-            let w = Workload::new(b, &params)?;
-            let rate = rates.and_then(|r| r.get(i).copied());
+            let mut w = Workload::new(b, &params)?;
             let opts = RunOptions {
                 threads: plan.threads,
-                rate,
+                rate: step.rate,
                 report_interval_s: plan.report_interval_s,
+            };
+            let steady = match &plan.steady {
+                Some(so) if warms_up(b) => {
+                    let label = format!("{} {}", config.name, b);
+                    let (st, next_insert) =
+                        warm_up(engine.as_ref(), plan, &w, &params, &opts, &label)?;
+                    w.inserts = crate::keys::InsertCounter::new(next_insert);
+                    if let Some(n) = so.ops {
+                        w.ops = if w.ops_per_thread {
+                            n.div_ceil(plan.threads.max(1) as u64)
+                        } else {
+                            n
+                        };
+                    }
+                    Some(st)
+                }
+                _ => None,
             };
             let before = engine.stats()?;
             let cpu0 = sys::cpu_seconds();
@@ -243,9 +484,14 @@ pub fn run_config(plan: &Plan, config: &Config, rates: Option<&[f64]>) -> Result
                 value_size: params.value_size,
                 threads: plan.threads,
             };
-            let rec = build_record(&ctx, b, &m, &before, &after, usage);
+            let mut rec = build_record(&ctx, b, &m, &before, &after, usage);
+            rec.steady = steady;
+            rec.sweep = step.sweep.clone();
             // print! (not a locked stdout) so test harnesses capture it.
             println!("{}", summary_line(b, &m));
+            if let Some(line) = stall_line(b, &rec) {
+                println!("{line}");
+            }
             if plan.histogram {
                 for (what, h) in [("write", &m.tally.write), ("read", &m.tally.read)] {
                     if !h.is_empty() {
@@ -310,6 +556,74 @@ fn print_header(plan: &Plan, config: &Config) {
     println!("------------------------------------------------");
 }
 
+/// The closed-loop steps of every benchmark of the plan.
+fn closed_steps(plan: &Plan) -> Vec<Step> {
+    plan.benchmarks.iter().map(|b| Step::closed(b)).collect()
+}
+
+/// Measures `config` closed loop on the plan's benchmarks (for
+/// `--rate_fraction` / `--rate_sweep` fractions); returns its records.
+fn calibrate(plan: &Plan, config: &Config, why: &str) -> Result<Vec<Record>> {
+    eprintln!(
+        "measuring the sustainable throughput of `{}` (closed loop) for {why}",
+        config.name
+    );
+    print_header(plan, config);
+    run_config(plan, config, &closed_steps(plan))
+}
+
+/// The sweep of one configuration at `rates` (the points' absolute rates).
+fn run_sweep(
+    plan: &Plan,
+    config: &Config,
+    points: &[f64],
+    rates: &[f64],
+    of: Option<String>,
+    base: Option<f64>,
+) -> Result<Vec<Record>> {
+    let Some((last, prefix)) = plan.benchmarks.split_last() else {
+        return Ok(Vec::new());
+    };
+    let point = |i: usize| Step {
+        bench: last.clone(),
+        rate: Some(rates[i]),
+        sweep: Some(SweepPoint {
+            point: points[i],
+            of: of.clone(),
+            base_ops_per_sec: base,
+            target_us: plan.latency_target_us,
+        }),
+    };
+    let prefix: Vec<Step> = prefix.iter().map(|b| Step::closed(b)).collect();
+    if is_fill(last) {
+        // A fill is measured from empty: a fresh database per rate (the
+        // prefix's records are kept from the first only).
+        let mut out = Vec::new();
+        for i in 0..rates.len() {
+            let mut steps = prefix.clone();
+            steps.push(point(i));
+            let recs = run_config(plan, config, &steps)?;
+            let skip = if i == 0 { 0 } else { prefix.len() };
+            out.extend(recs.into_iter().skip(skip));
+        }
+        Ok(out)
+    } else {
+        let mut steps = prefix;
+        steps.extend((0..rates.len()).map(point));
+        run_config(plan, config, &steps)
+    }
+}
+
+/// The sustained rate of the swept (last) benchmark in calibration records.
+fn swept_rate(records: &[Record], plan: &Plan) -> Option<f64> {
+    let last = plan.benchmarks.last()?;
+    records
+        .iter()
+        .rev()
+        .find(|r| &r.benchmark == last)
+        .map(|r| r.steady_ops_per_sec)
+}
+
 /// Runs the whole plan: calibration first when pacing by fraction, then
 /// every configuration. Returns the records; fails only if nothing ran.
 pub fn execute(plan: &Plan) -> Result<Vec<Record>> {
@@ -319,15 +633,10 @@ pub fn execute(plan: &Plan) -> Result<Vec<Record>> {
     check_space(plan)?;
     let mut records: Vec<Record> = Vec::new();
     let rates: Option<Vec<f64>> = match &plan.pacing {
-        Pacing::Closed => None,
+        Pacing::Closed | Pacing::Sweep { .. } => None,
         Pacing::Rate(r) => Some(vec![*r; plan.benchmarks.len()]),
         Pacing::Fraction { fraction, of } => {
-            eprintln!(
-                "measuring the sustainable throughput of `{}` (closed loop) for --rate_fraction {fraction}",
-                of.name
-            );
-            print_header(plan, of);
-            let cal = run_config(plan, of, None)?;
+            let cal = calibrate(plan, of, &format!("--rate_fraction {fraction}"))?;
             let rates = cal
                 .iter()
                 .map(|r| (r.steady_ops_per_sec * fraction).max(1.0))
@@ -336,10 +645,57 @@ pub fn execute(plan: &Plan) -> Result<Vec<Record>> {
             Some(rates)
         }
     };
+    let shared_base = match &plan.pacing {
+        Pacing::Sweep {
+            base: SweepBase::Of(of),
+            ..
+        } => {
+            let cal = calibrate(plan, of, "--rate_sweep")?;
+            let base = swept_rate(&cal, plan);
+            records.extend(cal);
+            base.map(|b| (of.name.clone(), b))
+        }
+        _ => None,
+    };
     let mut failures = Vec::new();
     for c in &plan.configs {
-        print_header(plan, c);
-        match run_config(plan, c, rates.as_deref()) {
+        let result = match &plan.pacing {
+            Pacing::Sweep { points, base } => (|| {
+                let (of, base_rate) = match base {
+                    SweepBase::Absolute => (None, None),
+                    SweepBase::Of(_) => match &shared_base {
+                        Some((name, b)) => (Some(name.clone()), Some(*b)),
+                        None => return Err(Error::Other("no calibration record".into())),
+                    },
+                    SweepBase::Each => {
+                        let cal = calibrate(plan, c, "--rate_sweep --rate_of each")?;
+                        let b = swept_rate(&cal, plan);
+                        records.extend(cal);
+                        (Some(c.name.clone()), b)
+                    }
+                };
+                let rates: Vec<f64> = points
+                    .iter()
+                    .map(|p| base_rate.map_or(*p, |b| (p * b).max(1.0)))
+                    .collect();
+                print_header(plan, c);
+                run_sweep(plan, c, points, &rates, of, base_rate)
+            })(),
+            _ => {
+                print_header(plan, c);
+                let steps: Vec<Step> = plan
+                    .benchmarks
+                    .iter()
+                    .enumerate()
+                    .map(|(i, b)| Step {
+                        rate: rates.as_ref().and_then(|r| r.get(i).copied()),
+                        ..Step::closed(b)
+                    })
+                    .collect();
+                run_config(plan, c, &steps)
+            }
+        };
+        match result {
             Ok(r) => records.extend(r),
             Err(e) => {
                 println!("{}: skipped ({e})", c.name);
@@ -366,6 +722,7 @@ pub fn execute(plan: &Plan) -> Result<Vec<Record>> {
 mod tests {
     use super::*;
     use crate::keys::Distribution;
+    use crate::metrics::DebtSample;
 
     pub(crate) fn tiny_plan(configs: &[&str], benchmarks: &[&str], dir: &Path) -> Plan {
         let scale = Scale::Tiny;
@@ -404,6 +761,8 @@ mod tests {
             keep_db: false,
             statistics: false,
             json: Some(dir.join("out.json")),
+            steady: None,
+            latency_target_us: 1000.0,
         }
     }
 
@@ -475,12 +834,12 @@ mod tests {
     fn rocksdb_tiny_run() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let plan = tiny_plan(
-            &["rocksdb-ssd", "rocksdb-l0-pm"],
+            &["rocksdb-ssd", "rocksdb-l0-pm", "rocksdb-pm"],
             &["fillrandom", "readrandom"],
             dir.path(),
         );
         let recs = execute(&plan).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(recs.len(), 4);
+        assert_eq!(recs.len(), 6);
         for r in &recs {
             assert_eq!(r.engine, "rocksdb");
             assert_eq!(r.ops, 16 * 1024);
@@ -498,6 +857,33 @@ mod tests {
         assert!(pm.bytes.ssd_written > 0 && pm.bytes.ssd_written < ssd.bytes.ssd_written);
         // Reads find what was written.
         assert!(recs[1].ops_per_sec > 0.0 && recs[1].bytes.user == 0);
+        // All on PM: no SSD writes or reads.
+        let all = &recs[4];
+        assert!(all.bytes.pm_written >= all.bytes.user && all.bytes.ssd_written == 0);
+        assert!(
+            all.levels.iter().all(|l| l.tier == "pm"),
+            "{:?}",
+            all.levels
+        );
+    }
+
+    #[test]
+    fn tierkv_rangetab_end_to_end() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let mut plan = tiny_plan(
+            &["tierkv:rangetab/rt=6/cap=512k"],
+            &["fillrandom", "readrandom"],
+            dir.path(),
+        );
+        plan.num = Some(4096);
+        let recs = execute(&plan).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(recs.len(), 2);
+        assert!(
+            recs[0].bytes.pm_written > recs[0].bytes.wal,
+            "{:?}",
+            recs[0].bytes
+        );
+        assert_eq!(recs[1].ops, 4096);
     }
 
     #[test]
@@ -515,5 +901,120 @@ mod tests {
         assert_eq!(recs[0].ops, 4096);
         assert!(recs[0].bytes.ssd_written > 0, "{:?}", recs[0].bytes);
         assert!(recs[1].ops == 4096);
+    }
+
+    fn sample(ratio_max: f64, over_mib: u64) -> DebtSample {
+        DebtSample {
+            ops: 0,
+            seconds: 0.0,
+            over_bytes: over_mib << 20,
+            ratio_max,
+        }
+    }
+
+    #[test]
+    fn warm_up_end_rule() {
+        let within = [
+            sample(5.0, 2000),
+            sample(3.0, 900),
+            sample(1.9, 100),
+            sample(1.5, 50),
+        ];
+        assert_eq!(settled(&within, 2.0), None, "two in a row are not enough");
+        let mut v = within.to_vec();
+        v.push(sample(2.0, 80));
+        assert_eq!(settled(&v, 2.0), Some("within-factor"));
+        assert_eq!(settled(&v[2..], 2.0), None, "half the benchmark at least");
+        // Growing debt never settles; a flat one (within 10%) does.
+        let growing: Vec<DebtSample> = (1..12).map(|i| sample(5.0, 100 * i)).collect();
+        assert_eq!(settled(&growing, 2.0), None);
+        let flat: Vec<DebtSample> = [900, 1000, 950, 1000, 980, 940, 1010, 990]
+            .iter()
+            .map(|&m| sample(4.0, m))
+            .collect();
+        assert_eq!(settled(&flat[..7], 2.0), None, "eight samples at least");
+        assert_eq!(settled(&flat, 2.0), Some("plateau"));
+        // Still falling fast after a fill: not a plateau.
+        let falling: Vec<DebtSample> = (0..8).map(|i| sample(4.0, 2000 - 200 * i)).collect();
+        assert_eq!(settled(&falling, 2.0), None);
+    }
+
+    /// A sweep of absolute rates on the fake engine: the prefix runs once
+    /// closed loop, the last benchmark at each rate on the same database.
+    #[test]
+    fn rate_sweep_absolute_and_each() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let mut plan = tiny_plan(&["fake"], &["ycsb-load", "ycsb-a"], dir.path());
+        plan.num = Some(300);
+        plan.reads = Some(300);
+        plan.value_size = Some(100);
+        plan.pacing = Pacing::Sweep {
+            points: vec![2000.0, 4000.0],
+            base: SweepBase::Absolute,
+        };
+        let recs = execute(&plan).unwrap_or_else(|e| panic!("{e}"));
+        let modes: Vec<(&str, Option<f64>)> = recs
+            .iter()
+            .map(|r| (r.benchmark.as_str(), r.rate_ops_per_sec))
+            .collect();
+        assert_eq!(
+            modes,
+            vec![
+                ("ycsb-load", None),
+                ("ycsb-a", Some(2000.0)),
+                ("ycsb-a", Some(4000.0))
+            ]
+        );
+        assert!(recs[2]
+            .sweep
+            .as_ref()
+            .is_some_and(|p| p.point == 4000.0 && p.of.is_none() && p.target_us == 1000.0));
+        // Fractions of each configuration's own rate; a fill is swept from
+        // a fresh database each time.
+        plan.benchmarks = vec!["fillrandom".into()];
+        plan.pacing = Pacing::Sweep {
+            points: vec![0.1, 0.2],
+            base: SweepBase::Each,
+        };
+        let recs = execute(&plan).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(recs.len(), 3, "calibration + two points");
+        let base = recs[0].steady_ops_per_sec;
+        for (r, f) in recs[1..].iter().zip([0.1, 0.2]) {
+            let p = r.sweep.clone().unwrap_or_default();
+            assert_eq!(p.of.as_deref(), Some("fake"));
+            assert!((r.rate_ops_per_sec.unwrap_or(0.0) - (base * f).max(1.0)).abs() < 1e-6);
+            assert_eq!(r.ops, 300, "each point fills from empty");
+        }
+    }
+
+    /// `--steady_state` on tierkv: the overwrite after a fill warms up
+    /// until the debt settles, and the record says how it ended.
+    #[test]
+    fn steady_state_overwrite_on_classic() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let mut plan = tiny_plan(
+            &["tierkv:classic"],
+            &["fillrandom", "overwrite"],
+            dir.path(),
+        );
+        plan.num = Some(4096);
+        plan.setup.memtable_size_bytes = 1 << 20;
+        plan.setup.sst_size_bytes = 1 << 20;
+        plan.setup.l1_size_bytes = 4 << 20;
+        plan.steady = Some(SteadyOptions {
+            factor: 2.0,
+            max_ops: Some(8192),
+            ops: Some(2048),
+        });
+        let recs = execute(&plan).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(recs.len(), 2);
+        assert!(recs[0].steady.is_none(), "a fill is measured as it is");
+        assert!(recs[0].debt.is_some(), "classic reports its level targets");
+        let st = recs[1].steady.clone().unwrap_or_default();
+        assert!(["within-factor", "plateau", "budget"].contains(&st.settled.as_str()));
+        assert!(st.warmup_ops >= 1000 && st.warmup_ops <= 8192, "{st:?}");
+        assert_eq!(st.samples.len() as u64, st.warmup_ops.div_ceil(1000).min(9));
+        assert_eq!(recs[1].ops, 2048);
+        assert!(recs[1].stall.writes == 2048);
     }
 }

@@ -22,6 +22,22 @@ pub fn cpu_seconds() -> f64 {
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
+/// CPU seconds of the calling thread so far (`CLOCK_THREAD_CPUTIME_ID`),
+/// or 0.
+pub fn thread_cpu_seconds() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; clock_gettime only
+    // writes it.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return 0.0;
+    }
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
+
 /// The nominal CPU clock in Hz: the first `cpu MHz` of /proc/cpuinfo, or 0.
 pub fn cpu_hz() -> f64 {
     std::fs::read_to_string("/proc/cpuinfo")

@@ -9,6 +9,7 @@
 //! | `seekrandom` | seek + `seek_nexts` next | uniform |
 //! | `readseq` | one iterator, `reads` entries | key order |
 //! | `readwhilewriting` | get, plus one writer thread putting uniform keys | uniform |
+//! | `overwrite-hotspot` | put | hotspot: 1% of the keys get 99% (NV-Cache Fig. 6) |
 //! | `ycsb-load` | insert | 0 … num−1 split among threads, key numbers hashed |
 //! | `ycsb-a` | 50% read, 50% update | zipfian |
 //! | `ycsb-b` | 95% read, 5% update | zipfian |
@@ -129,10 +130,11 @@ pub struct WorkloadParams {
 }
 
 /// Every benchmark name [`Workload::new`] accepts.
-pub const BENCHMARKS: [&str; 14] = [
+pub const BENCHMARKS: [&str; 15] = [
     "fillseq",
     "fillrandom",
     "overwrite",
+    "overwrite-hotspot",
     "readrandom",
     "readseq",
     "seekrandom",
@@ -149,7 +151,10 @@ pub const BENCHMARKS: [&str; 14] = [
 /// True for benchmark names that write the data set (used for space checks
 /// and to pick the write-heavy plots).
 pub fn is_fill(name: &str) -> bool {
-    matches!(name, "fillseq" | "fillrandom" | "overwrite" | "ycsb-load")
+    matches!(
+        name,
+        "fillseq" | "fillrandom" | "overwrite" | "overwrite-hotspot" | "ycsb-load"
+    )
 }
 
 impl Workload {
@@ -166,6 +171,7 @@ impl Workload {
         let (kind, ops, default_dist) = match name {
             "fillseq" => (Kind::Sequential, p.num, Distribution::Uniform),
             "fillrandom" | "overwrite" => (mix(0., 1., 0., 0., 0.), p.num, Distribution::Uniform),
+            "overwrite-hotspot" => (mix(0., 1., 0., 0., 0.), p.num, Distribution::HotSpot),
             "readrandom" | "readwhilewriting" => {
                 (mix(1., 0., 0., 0., 0.), p.reads, Distribution::Uniform)
             }

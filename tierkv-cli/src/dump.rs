@@ -625,6 +625,15 @@ pub fn verify(g: &Global, o: &mut Output) -> Res<()> {
             });
             checks.push(Check::new(format!("WAL {}", path.display()), r));
         }
+        // After a clean close no log may have changed: CLOSED records
+        // their lengths, and a torn tail is damage then (the next open
+        // refuses it too).
+        if let Some(r) = inspect::check_closed(&fs, dir, d) {
+            checks.push(Check::new(
+                format!("{} (a clean close)", dir.join("CLOSED").display()),
+                r,
+            ));
+        }
         // The PM region.
         let needs_pm = d
             .state

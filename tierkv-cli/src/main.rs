@@ -7,6 +7,7 @@
 //!   scan [--from K] [--to K] [--prefix P] [--reverse] [--limit N] [--keys-only]
 //!   stats | compact [--from K] [--to K] | checkpoint DIR [--checkpoint-pm-dir DIR]
 //!   manifest | wal [--full] | sst FILE|ID [--limit N] | pm | verify
+//!   repair
 //! ```
 //!
 //! The design is read from the MANIFEST (its identity record, or for older
@@ -19,9 +20,10 @@
 //! `get`, `put`, `delete`, `scan`, `stats`, `compact` and `checkpoint` open
 //! the database (recovering it as any open does, and taking its lock);
 //! `manifest`, `wal`, `sst`, `pm` and `verify` only read its files and PM
-//! region. Output is for people by default, JSON with `--json`. Exit
-//! status: 0 done, 1 failure (or a key not found, or damage found), 2 bad
-//! usage.
+//! region. `repair` rebuilds a database whose MANIFEST is damaged or lost
+//! (`Db::repair`; the design from `--design` when the MANIFEST cannot tell
+//! it). Output is for people by default, JSON with `--json`. Exit status: 0
+//! done, 1 failure (or a key not found, or damage found), 2 bad usage.
 
 #![warn(clippy::unwrap_used)]
 
@@ -33,7 +35,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use serde_json::json;
-use tierkv::{CheckpointOptions, Db, Preset, WriteBatch, WriteOptions};
+use tierkv::{CheckpointOptions, Db, Preset, RepairReport, WriteBatch, WriteOptions};
 
 use out::{Fmt, Output};
 
@@ -140,6 +142,12 @@ enum Cmd {
         #[arg(long)]
         no_flush: bool,
     },
+    /// Rebuild a database whose MANIFEST is damaged or lost from the tables
+    /// and logs found, and the PM tier's WALs and rows (Db::repair); the
+    /// files read are kept in DIR/lost/; prints what was recovered and what
+    /// could not be. Without a readable MANIFEST, give --design (the
+    /// database is rebuilt with one region).
+    Repair,
 }
 
 #[derive(Args, Debug)]
@@ -345,7 +353,47 @@ fn run(cli: &Cli, o: &mut Output) -> Res<()> {
             ));
             Ok(())
         }
+        Cmd::Repair => {
+            let dir = g.db_dir()?;
+            let (opts, inference) =
+                tierkv::inspect::options_for_repair(dir, g.pm_dir.as_deref(), g.design)?;
+            if !inference.how.starts_with("recorded") {
+                o.note(&format!("design {} ({})", opts.design, inference.how));
+            }
+            let report = Db::repair(dir, opts)?;
+            o.json(repair_json(&report));
+            o.text(&report.to_string());
+            Ok(())
+        }
     }
+}
+
+/// The JSON document of `repair`.
+fn repair_json(r: &RepairReport) -> serde_json::Value {
+    let sources: Vec<_> = r
+        .sources
+        .iter()
+        .map(|s| {
+            json!({
+                "kind": s.kind.name(),
+                "name": s.name,
+                "entries": s.entries,
+                "complete": s.complete,
+            })
+        })
+        .collect();
+    json!({
+        "complete": r.is_complete(),
+        "sources": sources,
+        "problems": r.problems,
+        "entries_read": r.entries_read,
+        "keys_written": r.keys_written,
+        "tables_written": r.tables_written,
+        "bytes_written": r.bytes_written,
+        "last_seqno": r.last_seqno,
+        "manifest_number": r.manifest_number,
+        "kept_in_lost": r.kept_in_lost,
+    })
 }
 
 fn scan(g: &Global, a: &ScanArgs, o: &mut Output) -> Res<()> {

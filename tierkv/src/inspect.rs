@@ -10,7 +10,8 @@
 //!   older than that record, what its tables are.
 //! * [`options_for`] builds the `Options` that open an existing database:
 //!   its design, region layout and level count from the manifest, the PM
-//!   region's size from its file.
+//!   region's size from its file; [`options_for_repair`] the same for
+//!   `Db::repair`, also when the manifest cannot be read.
 //! * [`describe_pm`] / [`verify_pm`] describe and check the PM region: the
 //!   page allocator, the PM WALs, and the design's own structures through
 //!   [`crate::design::inspect`] (one function per design).
@@ -331,6 +332,23 @@ pub fn read_manifest(fs: &dyn FileSystem, dir: &Path) -> Result<ManifestDump> {
     })
 }
 
+/// What `CLOSED` (a clean close, docs/format/manifest.md §6) requires of
+/// the database in `dir` whose manifest `dump` is, checked as the next open
+/// checks it: `None` if there is no CLOSED naming that manifest; else
+/// whether the manifest and every WAL it lists have exactly the recorded
+/// length and end cleanly (`Error::Corruption` naming the file and offset).
+pub fn check_closed(fs: &dyn FileSystem, dir: &Path, dump: &ManifestDump) -> Option<Result<()>> {
+    use crate::version::closed::Closed;
+    let closed = Closed::read(fs, dir, dump.number)?;
+    let check = || -> Result<()> {
+        let len = fs.file_size(&dump.path)?;
+        let source = dump.path.display().to_string();
+        Closed::check_log(closed.manifest.1, &source, len, dump.torn_tail)?;
+        closed.check_wals(fs, dir)
+    };
+    Some(check())
+}
+
 // ------------------------------------------------------------------- design
 
 /// The design of a database and how it was found.
@@ -474,6 +492,53 @@ pub fn options_for(
         None => {}
     }
     Ok((o, inference))
+}
+
+/// `Options` for `Db::repair` of the database in `dir`: those of
+/// [`options_for`] while its manifest can still be read; otherwise (a
+/// damaged or lost MANIFEST or CURRENT, what repair is for) the given
+/// `design`'s defaults with one region, and with `pm_dir` its PM region at
+/// the region file's size. Fails with `InvalidOptions` when the design
+/// cannot be told or a PM design has no `pm_dir`.
+pub fn options_for_repair(
+    dir: &Path,
+    pm_dir: Option<&Path>,
+    design: Option<Preset>,
+) -> Result<(Options, Inference)> {
+    let fs = crate::storage::posix::PosixFs::new();
+    let unreadable = match read_manifest(&fs, dir) {
+        Ok(_) => return options_for(dir, pm_dir, design),
+        Err(e) => e,
+    };
+    let Some(preset) = design else {
+        return Err(Error::InvalidOptions(format!(
+            "cannot tell the design of {}: its MANIFEST cannot be read ({unreadable}); give the design (`--design`)",
+            dir.display()
+        )));
+    };
+    let mut o = Options::for_design(preset);
+    o.create_if_missing = false;
+    match pm_dir {
+        Some(p) => {
+            o.pm_dir = Some(p.to_path_buf());
+            o.pm_size_bytes = fs.file_size(&p.join(PM_REGION_FILE))?;
+        }
+        None if preset.needs_pm() => {
+            return Err(Error::InvalidOptions(format!(
+                "design `{preset}` keeps data in PM: give the PM directory of {} (`pm_dir`, \
+                 `--pm-dir`)",
+                dir.display()
+            )))
+        }
+        None => {}
+    }
+    Ok((
+        o,
+        Inference {
+            design: Some(preset),
+            how: format!("given (the MANIFEST cannot be read: {unreadable})"),
+        },
+    ))
 }
 
 // ----------------------------------------------------------------------- PM

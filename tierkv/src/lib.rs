@@ -17,6 +17,7 @@ pub mod error;
 pub mod inspect;
 pub mod iter;
 pub mod key;
+pub mod lost;
 pub mod memtable;
 pub mod options;
 pub mod sst;
@@ -26,8 +27,11 @@ pub mod version;
 pub mod wal;
 
 pub use batch::WriteBatch;
-pub use db::{CheckpointOptions, CheckpointStats, Db, Range, ReadOptions, Snapshot, WriteOptions};
+pub use db::{
+    CheckpointOptions, CheckpointStats, Db, Range, ReadOptions, RepairReport, Snapshot,
+    WriteOptions,
+};
 pub use error::{Error, Result};
 pub use iter::DbIterator;
-pub use options::{Options, PmBackend, Preset, WalPlacement, WalRecovery};
+pub use options::{NvAppend, NvRelink, Options, PmBackend, Preset, WalPlacement, WalRecovery};
 pub use sst::Compression;

@@ -102,6 +102,29 @@ pub enum WalRecovery {
     PointInTime,
 }
 
+/// NV-Cache: how a list compaction treats the KV lists of the nodes it
+/// moves (design/nvcache/mod.rs, "Readings").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NvRelink {
+    /// The paper's: every moved node's `next`/`prev` words are rewritten to
+    /// the output's list order (16 bytes and a persist per node, reported
+    /// as PM relinked bytes).
+    Links,
+    /// Only the outputs' offset arrays are written: nothing reads the links
+    /// of a completed NVTable.
+    ArrayOnly,
+}
+
+/// NV-Cache: how the write path publishes the nodes of a committed group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NvAppend {
+    /// Pre-linked nodes, one persist of the group, one 8-byte publish.
+    Group,
+    /// The paper's transaction per insert: each node persisted and
+    /// published on its own (two persists per entry).
+    PerEntry,
+}
+
 /// Every option of the engine. Build with `Options::default()` and change fields.
 #[derive(Clone)]
 pub struct Options {
@@ -239,6 +262,89 @@ pub struct Options {
     /// vLSM: L1's target size; `None` (the default) is the paper's
     /// f × `sst_size_bytes`. L2 is Φ × this.
     pub vlsm_l1_size_bytes: Option<u64>,
+    /// TLSM (`tlsm`): tiering policy, ablation variant, persist order and
+    /// sizes of the persistent skip lists ([`TlsmOptions`]).
+    pub tlsm: TlsmOptions,
+
+    /// RangeKV (`rangetab`): number of RangeTabs N. 0 (the default): as
+    /// many as the PM left after the WALs holds at two buffers of
+    /// `rangetab_capacity_bytes` each (at least 2), or one more than the
+    /// boundaries given. Fixed when the database is created.
+    pub rangetab_count: usize,
+    /// RangeKV: capacity of one RangeTab buffer in bytes; each RangeTab
+    /// has two (the double buffer), so N × 2 × capacity of PM. 0 (the
+    /// default): the memtable size (the paper's 64 MB = 64 MB), shrunk if
+    /// the PM tier cannot hold two RangeTabs of it. Fixed at creation.
+    pub rangetab_capacity_bytes: u64,
+    /// RangeKV: N − 1 strictly increasing user keys splitting the key
+    /// space into the RangeTabs' ranges (RangeTab i holds
+    /// `[boundaries[i-1], boundaries[i])`), as `region_boundaries` does.
+    /// Empty: `rangetab_prefix_bytes` if set, else the quantiles of the
+    /// first flushed memtable (a fallback: a sequential load puts every
+    /// later key in the last RangeTab). Persisted at creation.
+    pub rangetab_boundaries: Vec<Vec<u8>>,
+    /// RangeKV, the paper's key-prefix mapping (§III-B, Fig. 7): with
+    /// p > 0 and no explicit boundaries, the boundaries split the space of
+    /// p-byte key prefixes evenly (the paper: p = 4). 0 (the default):
+    /// off. Faithful, but keys whose first p bytes agree all land in one
+    /// RangeTab (db_bench's big-endian numbers below 2^32 share four zero
+    /// bytes), so the explicit boundaries are the sound choice.
+    pub rangetab_prefix_bytes: usize,
+    /// RangeKV threshold β (paper: 0.9): a buffer fuller than this is
+    /// sealed and merged first (selection step 1).
+    pub rangetab_beta: f64,
+    /// RangeKV threshold α: average fill at which step 2 merges the
+    /// RangeTab with the most bytes per overlapped L1 table. The paper
+    /// gives no value; 0.75 (between μ and β) is ours.
+    pub rangetab_alpha: f64,
+    /// RangeKV threshold μ (paper: ≥ 0.6): under low load, average fill at
+    /// which step 3 merges adjacent RangeTabs filled between μ and α.
+    pub rangetab_mu: f64,
+    /// RangeKV γ (paper: 2): a step-3 merge takes at most γ × capacity.
+    pub rangetab_gamma: f64,
+    /// RangeKV "low load": the admitted write rate of the last second is
+    /// below this fraction of its peak over the last minute (0.1).
+    pub rangetab_low_load_fraction: f64,
+    /// RangeKV: the paper's selection as written — only sealed buffers
+    /// are merged, step 1 only those past β — instead of the sound
+    /// default (every sealed buffer in step 1; steps 2–3 seal the write
+    /// buffer they take). The faithful picker can leave a buffer sealed
+    /// below α unmerged while its sibling fills (design/rangetab/picker.rs).
+    pub rangetab_faithful_picker: bool,
+    /// RangeKV: point reads probe each chunk's hash index (DRAM, built
+    /// at flush or on first read after a restart); off = binary search
+    /// over the chunk's offset array only.
+    pub rangetab_hash_index: bool,
+
+    /// NV-Cache: PM bytes the cached levels may occupy (allocated pages:
+    /// offset arrays and every segment a table's nodes live in); the
+    /// lowest cached level evicts to SSD above it. 0 (the default, ours):
+    /// the PM tier minus `memtable_count_max` memtable logs and the write
+    /// path's and compactions' reserves.
+    pub nvcache_cache_bytes: u64,
+    /// NV-Cache: levels kept in PM, L0 included (at most `level_count` -
+    /// 1). 0 (the default, ours): down to the deepest level whose
+    /// cumulative target fits the cache, at least L0 and L1.
+    pub nvcache_pm_levels: usize,
+    /// NV-Cache: bytes of a segment, the unit NVTable nodes are appended
+    /// to and PM is freed in (a multiple of 4 KiB, 16 KiB..=64 MiB). 0 (the
+    /// default, ours): `memtable_size_bytes` / 16, between 16 KiB and 1 MiB.
+    pub nvcache_segment_bytes: u64,
+    /// NV-Cache: node bytes at which a list compaction cuts its output
+    /// NVTables. 0 (the default): `sst_size_bytes`; `u64::MAX`: one
+    /// unbounded output per compaction, as in the paper.
+    pub nvcache_table_bytes: u64,
+    /// NV-Cache: relink every moved node (the paper, the default) or write
+    /// only the offset arrays.
+    pub nvcache_relink: NvRelink,
+    /// NV-Cache: publish a committed group at once (the default) or entry
+    /// by entry (the paper's transaction per insert).
+    pub nvcache_append: NvAppend,
+    /// NV-Cache: a list compaction copies the nodes it keeps out of
+    /// segments whose live bytes fall under this percentage of their
+    /// capacity, so that those segments can be freed (ours; default 50,
+    /// 0 = never, as in the paper), 0..=100.
+    pub nvcache_copy_out_percent: u32,
 
     /// Split the key space into this many independent LSMs (vLSM's
     /// *regions*; the paper runs 4 to 256), 1..=256. They share one WAL and
@@ -311,6 +417,25 @@ impl Default for Options {
             vlsm_l0_max_ssts: 32,
             vlsm_l0_batch_ssts: 1,
             vlsm_l1_size_bytes: None,
+            tlsm: TlsmOptions::default(),
+            rangetab_count: 0,
+            rangetab_capacity_bytes: 0,
+            rangetab_boundaries: Vec::new(),
+            rangetab_prefix_bytes: 0,
+            rangetab_beta: 0.9,
+            rangetab_alpha: 0.75,
+            rangetab_mu: 0.6,
+            rangetab_gamma: 2.0,
+            rangetab_low_load_fraction: 0.1,
+            rangetab_faithful_picker: false,
+            rangetab_hash_index: true,
+            nvcache_cache_bytes: 0,
+            nvcache_pm_levels: 0,
+            nvcache_segment_bytes: 0,
+            nvcache_table_bytes: 0,
+            nvcache_relink: NvRelink::Links,
+            nvcache_append: NvAppend::Group,
+            nvcache_copy_out_percent: 50,
             regions: 1,
             region_boundaries: Vec::new(),
             fs: Arc::new(PosixFs::new()),
@@ -344,6 +469,28 @@ impl fmt::Debug for Options {
             .field("vlsm_l0_max_ssts", &self.vlsm_l0_max_ssts)
             .field("vlsm_l0_batch_ssts", &self.vlsm_l0_batch_ssts)
             .field("vlsm_l1_size_bytes", &self.vlsm_l1_size_bytes)
+            .field("tlsm", &self.tlsm)
+            .field("rangetab_count", &self.rangetab_count)
+            .field("rangetab_capacity_bytes", &self.rangetab_capacity_bytes)
+            .field("rangetab_boundaries", &self.rangetab_boundaries.len())
+            .field("rangetab_prefix_bytes", &self.rangetab_prefix_bytes)
+            .field(
+                "rangetab_thresholds",
+                &(
+                    self.rangetab_beta,
+                    self.rangetab_alpha,
+                    self.rangetab_mu,
+                    self.rangetab_gamma,
+                ),
+            )
+            .field("rangetab_hash_index", &self.rangetab_hash_index)
+            .field("nvcache_cache_bytes", &self.nvcache_cache_bytes)
+            .field("nvcache_pm_levels", &self.nvcache_pm_levels)
+            .field("nvcache_segment_bytes", &self.nvcache_segment_bytes)
+            .field("nvcache_table_bytes", &self.nvcache_table_bytes)
+            .field("nvcache_relink", &self.nvcache_relink)
+            .field("nvcache_append", &self.nvcache_append)
+            .field("nvcache_copy_out_percent", &self.nvcache_copy_out_percent)
             .field("regions", &self.regions)
             .field("region_boundaries", &self.region_boundaries.len())
             .field("block_cache_bytes", &self.block_cache_bytes)
@@ -382,6 +529,12 @@ impl Options {
         if design == Preset::Vlsm {
             o.sst_size_bytes = 8 << 20;
             o.l1_size_bytes = o.vlsm_growth_factor * o.sst_size_bytes;
+        }
+        if design == Preset::Tlsm {
+            // TLSM extends LevelDB 1.20: L0 triggers 4 / 8 / 12.
+            o.l0_compaction_trigger = 4;
+            o.l0_slowdown_trigger = 8;
+            o.l0_stop_trigger = 12;
         }
         o
     }
@@ -563,6 +716,7 @@ impl Options {
                 );
             }
         }
+        self.validate_rangetab()?;
         if self.bloom_bits_per_key > 64 {
             return bad(format!(
                 "`bloom_bits_per_key` = {} must be at most 64",
@@ -592,10 +746,344 @@ impl Options {
                 "`compression_per_level[{level}]` = {c}: this build of tierkv lacks the cargo feature `{c}`"
             ));
         }
+        self.tlsm.validate(self)?;
+        if self.design == Preset::NvCache {
+            if self.regions > 1 {
+                return bad(format!(
+                    "`regions` = {}: design `nvcache` keeps one log (its NVTable) per memtable and supports only 1 region",
+                    self.regions
+                ));
+            }
+            if self.wal == Some(WalPlacement::Ssd) {
+                return bad(
+                    "`wal` = Ssd: design `nvcache` writes no WAL (the NVTable in PM is the log); leave `wal` unset or Pm"
+                        .into(),
+                );
+            }
+        }
+        if self.nvcache_segment_bytes != 0
+            && (!self.nvcache_segment_bytes.is_multiple_of(4096)
+                || !((16 << 10)..=(64 << 20)).contains(&self.nvcache_segment_bytes))
+        {
+            return bad(format!(
+                "`nvcache_segment_bytes` = {} must be a multiple of 4 KiB between 16 KiB and 64 MiB (or 0)",
+                self.nvcache_segment_bytes
+            ));
+        }
+        if self.nvcache_pm_levels >= self.level_count {
+            return bad(format!(
+                "`nvcache_pm_levels` = {} must leave at least one SSD level below (`level_count` = {})",
+                self.nvcache_pm_levels, self.level_count
+            ));
+        }
+        if self.nvcache_table_bytes != 0 && self.nvcache_table_bytes < (64 << 10) {
+            return bad(format!(
+                "`nvcache_table_bytes` = {} must be at least 64 KiB (or 0)",
+                self.nvcache_table_bytes
+            ));
+        }
+        if self.nvcache_copy_out_percent > 100 {
+            return bad(format!(
+                "`nvcache_copy_out_percent` = {} must be at most 100",
+                self.nvcache_copy_out_percent
+            ));
+        }
         if self.pm_collector_threads > 64 {
             return bad(format!(
                 "`pm_collector_threads` = {} must be at most 64",
                 self.pm_collector_threads
+            ));
+        }
+        Ok(())
+    }
+
+    /// The `rangetab_*` options (and `regions`, which `rangetab` refuses).
+    fn validate_rangetab(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::InvalidOptions(m));
+        let (b, a, m, g) = (
+            self.rangetab_beta,
+            self.rangetab_alpha,
+            self.rangetab_mu,
+            self.rangetab_gamma,
+        );
+        if !(b > 0.0 && b < 1.0) {
+            return bad(format!("`rangetab_beta` = {b} must be in (0, 1)"));
+        }
+        if !(a > 0.0 && a < b) {
+            return bad(format!(
+                "`rangetab_alpha` = {a} must be in (0, `rangetab_beta` = {b})"
+            ));
+        }
+        if !(m > 0.0 && m < a) {
+            return bad(format!(
+                "`rangetab_mu` = {m} must be in (0, `rangetab_alpha` = {a})"
+            ));
+        }
+        if !(1.0..=64.0).contains(&g) {
+            return bad(format!("`rangetab_gamma` = {g} must be between 1 and 64"));
+        }
+        let f = self.rangetab_low_load_fraction;
+        if !(0.0..=1.0).contains(&f) {
+            return bad(format!(
+                "`rangetab_low_load_fraction` = {f} must be between 0 and 1"
+            ));
+        }
+        if self.rangetab_count > crate::design::rangetab::MAX_RANGETABS {
+            return bad(format!(
+                "`rangetab_count` = {} must be at most {}",
+                self.rangetab_count,
+                crate::design::rangetab::MAX_RANGETABS
+            ));
+        }
+        if self.rangetab_capacity_bytes != 0
+            && !(crate::design::rangetab::MIN_CAPACITY_BYTES..=(4 << 30))
+                .contains(&self.rangetab_capacity_bytes)
+        {
+            return bad(format!(
+                "`rangetab_capacity_bytes` = {} must be 0 (automatic) or between {} and 4 GiB",
+                self.rangetab_capacity_bytes,
+                crate::design::rangetab::MIN_CAPACITY_BYTES
+            ));
+        }
+        let bounds = &self.rangetab_boundaries;
+        if !bounds.is_empty() {
+            if self.rangetab_count != 0 && bounds.len() + 1 != self.rangetab_count {
+                return bad(format!(
+                    "`rangetab_boundaries` has {} keys but `rangetab_count` = {} needs {}",
+                    bounds.len(),
+                    self.rangetab_count,
+                    self.rangetab_count - 1
+                ));
+            }
+            if bounds.len() + 1 > crate::design::rangetab::MAX_RANGETABS {
+                return bad(format!(
+                    "`rangetab_boundaries` has {} keys: at most {} RangeTabs",
+                    bounds.len(),
+                    crate::design::rangetab::MAX_RANGETABS
+                ));
+            }
+            if bounds.windows(2).any(|w| w[0] >= w[1]) || bounds.iter().any(|k| k.is_empty()) {
+                return bad(
+                    "`rangetab_boundaries` must be non-empty keys, strictly increasing".into(),
+                );
+            }
+            if bounds.iter().any(|k| k.len() > crate::key::MAX_KEY_LEN) {
+                return bad(
+                    "`rangetab_boundaries`: a key is longer than the maximum key length".into(),
+                );
+            }
+            if self.rangetab_prefix_bytes != 0 {
+                return bad(
+                    "set `rangetab_boundaries` or `rangetab_prefix_bytes`, not both".into(),
+                );
+            }
+        }
+        if self.rangetab_prefix_bytes > 8 {
+            return bad(format!(
+                "`rangetab_prefix_bytes` = {} must be at most 8",
+                self.rangetab_prefix_bytes
+            ));
+        }
+        if self.design == Preset::RangeTab {
+            if self.regions != 1 {
+                return bad(format!(
+                    "`regions` = {}: design `rangetab` keeps one set of RangeTabs for the whole \
+                     key space (its RangeTabs already partition it by key range); set `regions` = 1",
+                    self.regions
+                ));
+            }
+            if self.background_threads < 2 {
+                return bad(format!(
+                    "design `rangetab` needs `background_threads` >= 2 (a flush may wait for a \
+                     merge to empty a buffer), got {}",
+                    self.background_threads
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// TLSM's tiering policy (§IV-D): where the levels' data lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsmPolicy {
+    /// Levels up to `TlsmOptions::level_threshold` are persistent skip
+    /// lists in PM, deeper levels SSTs on SSD.
+    Leveled,
+    /// Everything is a skip list in PM until PM holds
+    /// `TlsmOptions::lru_capacity_bytes`; then the longest-resident lists
+    /// (chosen by the PM they alone hold) are written to SSD as SSTs.
+    Lru,
+    /// Everything in PM (the paper's "no tiering", Full-NVM).
+    None,
+}
+
+impl TlsmPolicy {
+    /// `leveled`, `lru` or `none`.
+    pub fn name(self) -> &'static str {
+        match self {
+            TlsmPolicy::Leveled => "leveled",
+            TlsmPolicy::Lru => "lru",
+            TlsmPolicy::None => "none",
+        }
+    }
+
+    /// Parses a policy name.
+    pub fn from_name(s: &str) -> Option<TlsmPolicy> {
+        [TlsmPolicy::Leveled, TlsmPolicy::Lru, TlsmPolicy::None]
+            .into_iter()
+            .find(|p| p.name() == s)
+    }
+}
+
+/// TLSM's ablation variants (§V-C1, Fig. 5a/b).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsmVariant {
+    /// PS: persistent skip lists whose nodes hold their key and value;
+    /// compaction copies them into new nodes.
+    Ps,
+    /// PS+BAC: nodes hold their key and value; compaction links new nodes
+    /// to the entries inside the input nodes (byte-addressable compaction).
+    PsBac,
+    /// PS+BAC+PB, the full design: a flush copies the memtable into one
+    /// persistent buffer; nodes point into buffers; compaction links.
+    Full,
+}
+
+impl TlsmVariant {
+    /// `ps`, `ps_bac` or `full`.
+    pub fn name(self) -> &'static str {
+        match self {
+            TlsmVariant::Ps => "ps",
+            TlsmVariant::PsBac => "ps_bac",
+            TlsmVariant::Full => "full",
+        }
+    }
+
+    /// Parses a variant name.
+    pub fn from_name(s: &str) -> Option<TlsmVariant> {
+        [TlsmVariant::Ps, TlsmVariant::PsBac, TlsmVariant::Full]
+            .into_iter()
+            .find(|p| p.name() == s)
+    }
+}
+
+/// The order in which a TLSM flush makes its pieces durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsmPersistOrder {
+    /// Buffer first, then the node pages once, then the sentinel (the
+    /// spec's fix): a null-terminated list never points at bytes that are
+    /// not durable.
+    Sound,
+    /// Algorithm 1 as printed: every node persisted and linked one by one,
+    /// the null node, and only then the buffer copy. A crash in between
+    /// leaves a null-terminated list over a buffer that is not durable;
+    /// this engine still recovers (the MANIFEST, not the null node, commits
+    /// a flush), but a recovery that trusted the null node (Algorithm 3)
+    /// would adopt garbage.
+    Faithful,
+}
+
+impl TlsmPersistOrder {
+    /// `sound` or `faithful`.
+    pub fn name(self) -> &'static str {
+        match self {
+            TlsmPersistOrder::Sound => "sound",
+            TlsmPersistOrder::Faithful => "faithful",
+        }
+    }
+
+    /// Parses a persist-order name.
+    pub fn from_name(s: &str) -> Option<TlsmPersistOrder> {
+        [TlsmPersistOrder::Sound, TlsmPersistOrder::Faithful]
+            .into_iter()
+            .find(|p| p.name() == s)
+    }
+}
+
+/// The options of the `tlsm` design (design/tlsm/), validated at open.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TlsmOptions {
+    /// Tiering policy (default `Lru`, the paper's recommendation).
+    pub policy: TlsmPolicy,
+    /// `Leveled`: the deepest level kept in PM (the paper evaluates 1, 2
+    /// and 3, and finds 3 best). Below `level_count` (checked under
+    /// `Leveled` only).
+    pub level_threshold: usize,
+    /// Ablation variant (default `Full`).
+    pub variant: TlsmVariant,
+    /// Flush persist order (default `Sound`).
+    pub persist_order: TlsmPersistOrder,
+    /// Compaction: nodes linked per persist of the output's linked count
+    /// (default 1, as the paper: a node is durable before the list counts
+    /// it). 1..=65536.
+    pub persist_every: usize,
+    /// The PM the skip lists may fill before `Lru` evicts (and `None`
+    /// copies live entries forward): 0 = the whole PM tier. Eviction
+    /// starts at 95% of it and goes down to 85%.
+    pub lru_capacity_bytes: u64,
+    /// Copy the live entries of lists forward into a fresh buffer once a
+    /// buffer's live share falls below this (0 = off, the default). Under
+    /// `None`, a PM tier at 95% of its capacity copies forward buffers
+    /// below 90% live whatever this says.
+    pub copy_forward_live_ratio: f64,
+}
+
+impl Default for TlsmOptions {
+    fn default() -> Self {
+        TlsmOptions {
+            policy: TlsmPolicy::Lru,
+            level_threshold: 3,
+            variant: TlsmVariant::Full,
+            persist_order: TlsmPersistOrder::Sound,
+            persist_every: 1,
+            lru_capacity_bytes: 0,
+            copy_forward_live_ratio: 0.0,
+        }
+    }
+}
+
+impl TlsmOptions {
+    /// Checks the TLSM options (only when `tlsm` is the design); the error
+    /// names the option.
+    fn validate(&self, o: &Options) -> Result<()> {
+        if o.design != Preset::Tlsm {
+            return Ok(());
+        }
+        let bad = |m: String| Err(Error::InvalidOptions(m));
+        if self.policy == TlsmPolicy::Leveled && self.level_threshold >= o.level_count {
+            return bad(format!(
+                "`tlsm.level_threshold` = {} must be below `level_count` = {}",
+                self.level_threshold, o.level_count
+            ));
+        }
+        if !(1..=65536).contains(&self.persist_every) {
+            return bad(format!(
+                "`tlsm.persist_every` = {} must be between 1 and 65536",
+                self.persist_every
+            ));
+        }
+        if !(0.0..1.0).contains(&self.copy_forward_live_ratio) {
+            return bad(format!(
+                "`tlsm.copy_forward_live_ratio` = {} must be in [0, 1)",
+                self.copy_forward_live_ratio
+            ));
+        }
+        let pm = match &o.pm_region {
+            Some(r) => r.len(),
+            None => o.pm_size_bytes,
+        };
+        if self.lru_capacity_bytes > pm {
+            return bad(format!(
+                "`tlsm.lru_capacity_bytes` = {} exceeds the PM tier (`pm_size_bytes` = {pm})",
+                self.lru_capacity_bytes
+            ));
+        }
+        if o.background_threads < 2 {
+            return bad(format!(
+                "design `tlsm` needs `background_threads` >= 2 (a flush may wait for a \
+                 compaction or an eviction to free PM), got {}",
+                o.background_threads
             ));
         }
         Ok(())

@@ -113,6 +113,20 @@ pub struct LevelShape {
     pub bytes: u64,
 }
 
+/// The level shape a design works to: what its picker scores levels
+/// against, so that compaction debt (bytes over target) is measured from
+/// the design rather than assumed (`Design::level_targets`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LevelTargets {
+    /// L0 tables at which L0 compaction starts, for designs that count L0
+    /// in tables (`classic`: the compaction trigger; `vlsm`: its queue).
+    pub l0_tables: Option<usize>,
+    /// Target bytes per level, index = level (one region). `bytes[0]` is
+    /// L0's: the bytes at which it is compacted (a PM container's limit;
+    /// the L0 trigger's worth of memtables), 0 if none.
+    pub bytes: Vec<u64>,
+}
+
 /// Bytes written, by cause.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BytesWritten {
@@ -188,6 +202,10 @@ pub struct Stats {
     pub paced_writes: u64,
     /// Time those pauses took in all.
     pub paced_time: Duration,
+    /// Figures the design reports (`Design::stats`), by name, in its order.
+    pub design: Vec<(String, String)>,
+    /// The level targets of the design (one region's), if it reports them.
+    pub level_targets: Option<LevelTargets>,
 }
 
 impl Stats {
@@ -243,6 +261,22 @@ impl Stats {
                 l.tier.name(),
                 l.tables,
                 mb(l.bytes)
+            );
+        }
+        if let Some(t) = &self.level_targets {
+            let per: Vec<String> = t
+                .bytes
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| **b > 0)
+                .map(|(l, b)| format!("L{l} {:.1}", mb(*b)))
+                .collect();
+            let _ = writeln!(
+                s,
+                "targets (MB{}): {}",
+                t.l0_tables
+                    .map_or(String::new(), |n| format!("; L0 compacts at {n} tables")),
+                per.join("  ")
             );
         }
         if self.regions.len() > 1 {
@@ -359,6 +393,12 @@ impl Stats {
             "block cache: {} hits, {} misses",
             self.block_cache_hits, self.block_cache_misses
         );
+        if !self.design.is_empty() {
+            let _ = writeln!(s, "\n** Design **");
+            for (k, v) in &self.design {
+                let _ = writeln!(s, "{k}: {v}");
+            }
+        }
         s
     }
 }
@@ -529,6 +569,8 @@ impl StatsRecorder {
             pm_persistence: self.pm_persistence.get().cloned(),
             paced_writes: self.paused.0.load(Ordering::Relaxed),
             paced_time: Duration::from_nanos(self.paused.1.load(Ordering::Relaxed)),
+            design: Vec::new(),
+            level_targets: None,
         }
     }
 }

@@ -159,6 +159,10 @@ impl PmRegion for CountingRegion {
 /// Writes ~8 memtables of overwrites, then compacts everything, and
 /// compares the stats with the device counts once the engine is idle.
 fn check(design: Preset) {
+    check_with(design, |_| {});
+}
+
+fn check_with(design: Preset, tweak: impl FnOnce(&mut Options)) -> tierkv::stats::Stats {
     let appended = Appended::default();
     let fs = CountingFs {
         inner: MemFs::new(),
@@ -182,6 +186,7 @@ fn check(design: Preset) {
         o.pm_size_bytes = 8 << 20;
         o.pm_container_limit_bytes = 512 << 10;
     }
+    tweak(&mut o);
     let db = Db::open("/db", o).unwrap();
     for round in 0..4u32 {
         for i in 0..1200u32 {
@@ -217,7 +222,10 @@ fn check(design: Preset) {
     };
     let w = &stats.written;
     let (sst, log, manifest, pm) = devices;
-    assert!(sst > 0, "{design}: some tables reached SSD");
+    assert!(
+        sst > 0 || design == Preset::Tlsm,
+        "{design}: some tables reached SSD"
+    );
     assert_eq!(
         w.flush_ssd + w.compaction_ssd.iter().sum::<u64>(),
         sst,
@@ -232,7 +240,9 @@ fn check(design: Preset) {
         if design.needs_pm() { pm } else { 0 },
         "{design}: PM bytes: {w:?}"
     );
-    if design.needs_pm() {
+    if design == Preset::Tlsm {
+        assert!(w.flush_pm > 0 && w.wal_pm > 0 && w.pm_metadata > 0, "{w:?}");
+    } else if design.needs_pm() {
         assert!(w.flush_pm > 0 && w.wal_pm > 0 && w.pm_metadata > 0, "{w:?}");
         let sides = stats
             .compactions
@@ -242,6 +252,7 @@ fn check(design: Preset) {
         assert!(sides > 0, "{design}: no side ran: {:?}", stats.compactions);
     }
     db.close().unwrap();
+    stats
 }
 
 #[test]
@@ -257,4 +268,28 @@ fn triangle_bytes_match_the_devices() {
 #[test]
 fn matrix_bytes_match_the_devices() {
     check(Preset::Matrix);
+}
+
+/// TLSM: byte-addressable compaction between PM levels stores only nodes,
+/// headers and directories — relinked bytes — and copies no key or value
+/// (compaction PM data bytes stay 0); PS copies, and says so.
+#[test]
+fn tlsm_bytes_match_the_devices_and_links_copy_nothing() {
+    use tierkv::options::TlsmVariant;
+    for variant in [TlsmVariant::Full, TlsmVariant::PsBac, TlsmVariant::Ps] {
+        let s = check_with(Preset::Tlsm, |o| o.tlsm.variant = variant);
+        let w = &s.written;
+        let kinds: Vec<&str> = s.compactions.iter().map(|c| c.kind.as_str()).collect();
+        if variant == TlsmVariant::Ps {
+            assert!(kinds.contains(&"tlsm-copy"), "{kinds:?}");
+            assert!(w.compaction_pm > 0, "{variant:?}: {w:?}");
+        } else {
+            assert!(kinds.contains(&"tlsm-link"), "{kinds:?}");
+            assert_eq!(
+                w.compaction_pm, 0,
+                "{variant:?}: byte-addressable compaction copied data: {w:?}"
+            );
+            assert!(w.pm_relinked > 0, "{variant:?}: {w:?}");
+        }
+    }
 }

@@ -60,23 +60,27 @@ fn expect_corruption(e: Error, source_part: &str) {
     }
 }
 
-/// Writes `n` keys, one synced batch each, and closes without flushing, so
-/// they live only in the WAL; returns that WAL's path.
-fn wal_only_db(fs: &MemFs, n: u32) -> PathBuf {
-    let db = Db::open(dir(), opts(fs)).expect("open");
+/// Writes `n` keys, one synced batch each, without flushing, so they live
+/// only in the WAL; returns the durable state after a power loss (no clean
+/// close: a torn WAL tail is then what a crash can leave) and that WAL's
+/// path.
+fn wal_only_db(n: u32) -> (MemFs, PathBuf) {
+    let fs = MemFs::new();
+    let db = Db::open(dir(), opts(&fs)).expect("open");
     for i in 0..n {
         let mut b = WriteBatch::new();
         b.put(&key(i), &value(i));
         db.write(b, &WriteOptions { sync: true }).expect("write");
     }
-    drop(db); // no flush: the WAL holds everything
-    files_with(fs, ".log").pop().expect("a wal")
+    let crashed = fs.crash();
+    drop(db);
+    let wal = files_with(&crashed, ".log").pop().expect("a wal");
+    (crashed, wal)
 }
 
 #[test]
 fn torn_wal_tail_is_truncated_cleanly() {
-    let fs = MemFs::new();
-    let wal = wal_only_db(&fs, 50);
+    let (fs, wal) = wal_only_db(50);
     let len = fs.file_size(&wal).expect("size") as usize;
     fs.truncate(&wal, len - 20).expect("truncate");
     let db = Db::open(dir(), opts(&fs)).expect("open after torn tail");
@@ -90,10 +94,119 @@ fn torn_wal_tail_is_truncated_cleanly() {
     );
 }
 
+/// After a clean close the same cut is damage, never a torn tail: CLOSED
+/// recorded every WAL's length (and the MANIFEST's).
+#[test]
+fn a_wal_or_manifest_cut_short_after_a_clean_close_is_corruption() {
+    for pattern in [".log", "MANIFEST-"] {
+        let fs = MemFs::new();
+        {
+            let db = Db::open(dir(), opts(&fs)).expect("open");
+            for i in 0..30 {
+                db.put(&key(i), &value(i)).expect("put");
+            }
+            db.close().expect("close");
+        }
+        let path = files_with(&fs, pattern).pop().expect("a file");
+        let len = fs.file_size(&path).expect("size") as usize;
+        fs.truncate(&path, len - 1).expect("truncate");
+        expect_corruption(
+            Db::open(dir(), opts(&fs)).err().expect("open must fail"),
+            pattern,
+        );
+    }
+}
+
+/// The checks CLOSED adds hold for every open until one succeeds: an open
+/// that fails on them writes nothing that lets the next one through. (The
+/// WALs used to be checked only during replay, after the open had switched
+/// CURRENT to a fresh manifest: CLOSED then named an older manifest, and
+/// the second open replayed the cut WAL as after a crash, dropping its
+/// last acknowledged write with `Ok`.) In point-in-time mode too.
+#[test]
+fn a_failed_open_leaves_the_clean_close_checks_to_the_next_open() {
+    for recovery in [WalRecovery::TornTail, WalRecovery::PointInTime] {
+        let fs = MemFs::new();
+        let o = || Options {
+            wal_recovery: recovery,
+            ..opts(&fs)
+        };
+        {
+            let db = Db::open(dir(), o()).expect("open");
+            for i in 0..30 {
+                db.put(&key(i), &value(i)).expect("put");
+            }
+            db.close().expect("close");
+        }
+        let wal = files_with(&fs, ".log").pop().expect("a wal");
+        let whole = fs.read_all(&wal).expect("read");
+        for (what, damage) in [("cut short", 0), ("last byte flipped", 1)] {
+            if damage == 0 {
+                fs.truncate(&wal, whole.len() - 1).expect("truncate");
+            } else {
+                fs.corrupt(&wal, whole.len() - 1, 0x01).expect("corrupt");
+            }
+            for attempt in 0..3 {
+                let e = Db::open(dir(), o())
+                    .err()
+                    .unwrap_or_else(|| panic!("{recovery:?}, {what}: open {attempt} succeeded"));
+                expect_corruption(e, ".log");
+            }
+            // Whole again: it opens, with every write.
+            let mut f = fs
+                .create(&wal, tierkv::storage::WriteHint::default())
+                .expect("create");
+            f.append(&whole).expect("append");
+            f.sync().expect("sync");
+        }
+        let db = Db::open(dir(), o()).expect("open the whole database");
+        for i in 0..30 {
+            assert_eq!(db.get(&key(i)).expect("get"), Some(value(i)), "key {i}");
+        }
+        db.close().expect("close");
+    }
+}
+
+/// An open that fails deletes nothing: a table flushed before the damage
+/// and the manifest are all still there (a fresh manifest the failed open
+/// wrote may be there too), and so are the WALs.
+#[test]
+fn a_failed_open_deletes_nothing() {
+    let fs = MemFs::new();
+    {
+        let db = Db::open(dir(), opts(&fs)).expect("open");
+        for i in 0..200 {
+            db.put(&key(i), &value(i)).expect("put");
+        }
+        db.flush().expect("flush");
+        for i in 200..260 {
+            let mut b = WriteBatch::new();
+            b.put(&key(i), &value(i));
+            db.write(b, &WriteOptions { sync: true }).expect("write");
+        }
+        // Not closed: a power loss, so the next open replays the WAL.
+        let crashed = fs.crash();
+        drop(db);
+        let before = crashed.list(&dir()).expect("list");
+        let wal = files_with(&crashed, ".log").pop().expect("a wal");
+        let len = crashed.file_size(&wal).expect("size") as usize;
+        crashed.corrupt(&wal, len / 3, 0x04).expect("corrupt");
+        expect_corruption(
+            Db::open(dir(), opts(&crashed))
+                .err()
+                .expect("open must fail"),
+            ".log",
+        );
+        let after = crashed.list(&dir()).expect("list");
+        for name in &before {
+            assert!(after.contains(name), "{name} was deleted by a failed open");
+        }
+    }
+}
+
 #[test]
 fn flipped_byte_in_wal_body_is_corruption_naming_the_file() {
-    let fs = MemFs::new();
-    let wal = wal_only_db(&fs, 50);
+    let (fs, wal) = wal_only_db(50);
     fs.corrupt(&wal, 100, 0x40).expect("corrupt");
     let e = Db::open(dir(), opts(&fs)).err().expect("open must fail");
     expect_corruption(e, ".log");
@@ -104,8 +217,7 @@ fn flipped_byte_in_wal_body_is_corruption_naming_the_file() {
 /// are dropped, never replayed around a hole).
 #[test]
 fn point_in_time_recovery_ends_the_wal_at_damage() {
-    let fs = MemFs::new();
-    let wal = wal_only_db(&fs, 50);
+    let (fs, wal) = wal_only_db(50);
     let len = fs.file_size(&wal).expect("size") as usize;
     fs.corrupt(&wal, len / 2, 0x40).expect("corrupt");
     let o = Options {
@@ -128,6 +240,18 @@ fn point_in_time_recovery_ends_the_wal_at_damage() {
     for i in 0..first_missing as u32 {
         assert_eq!(db.get(&key(i)).expect("get"), Some(value(i)));
     }
+    // The damaged WAL, which holds the dropped records, is kept in lost/.
+    let name = wal
+        .file_name()
+        .expect("name")
+        .to_string_lossy()
+        .into_owned();
+    assert!(!fs.exists(&wal));
+    assert_eq!(
+        fs.list(&dir().join("lost")).expect("lost/"),
+        vec![name],
+        "the damaged WAL is kept"
+    );
 }
 
 #[test]

@@ -49,6 +49,22 @@ struct Setup {
     ssts_per_memtable: usize,
     /// `Options::vlsm_l0_batch_ssts`.
     l0_batch: usize,
+    /// Design-specific options on top of the harness's (e.g. TLSM's
+    /// policy and variant).
+    tweak: fn(&mut Options),
+    /// `rangetab`: explicit boundaries splitting the key space evenly
+    /// (false: the fallback, quantiles of the first flush, and binary
+    /// search instead of the hash index).
+    rangetab_bounds: bool,
+    /// nvcache: `Options::nvcache_cache_bytes` (0: the default).
+    nv_cache: u64,
+    /// nvcache: `Options::nvcache_pm_levels` (0: the default).
+    nv_levels: usize,
+    /// nvcache: the paper's readings (entry-by-entry appends, one
+    /// unbounded output per list compaction, no copy-out).
+    nv_paper: bool,
+    /// nvcache: `NvRelink::ArrayOnly`.
+    nv_array_only: bool,
 }
 
 impl Setup {
@@ -65,6 +81,12 @@ impl Setup {
             range_routing: false,
             ssts_per_memtable: 1,
             l0_batch: 1,
+            tweak: |_| {},
+            rangetab_bounds: true,
+            nv_cache: 0,
+            nv_levels: 0,
+            nv_paper: false,
+            nv_array_only: false,
         }
     }
 }
@@ -82,13 +104,18 @@ struct Harness {
     power: Power,
     db: Option<Db>,
     dir: PathBuf,
-    /// Every committed batch, in commit order.
-    history: Vec<Vec<Op>>,
-    /// `history[..durable]` is known to survive a crash.
-    durable: usize,
+    /// The model after every batch known to survive a crash (the durable
+    /// prefix of the committed batches).
+    durable_model: Model,
+    /// The batches committed after that prefix, in commit order: a crash
+    /// may keep any prefix of them.
+    pending: Vec<Vec<Op>>,
+    /// Batches committed in all.
+    committed: u64,
     model: Model,
     snapshots: Vec<(Snapshot, Model)>,
     crashes: usize,
+    reopens: usize,
 }
 
 /// The PM region: a PM tier for the PM designs, or just the WAL.
@@ -167,11 +194,13 @@ impl Harness {
             power,
             db: None,
             dir: PathBuf::from("/db"),
-            history: Vec::new(),
-            durable: 0,
+            durable_model: Model::new(),
+            pending: Vec::new(),
+            committed: 0,
             model: Model::new(),
             snapshots: Vec::new(),
             crashes: 0,
+            reopens: 0,
         };
         h.open();
         h
@@ -224,6 +253,32 @@ impl Harness {
             o.l1_size_bytes = 1 << 20;
             o.pm_container_limit_bytes = 24 << 10;
         }
+        (self.setup.tweak)(&mut o);
+        if self.setup.design == Preset::RangeTab {
+            // Eight RangeTabs of two 96 KiB buffers: a 64 KiB memtable
+            // gives each about 8 KiB, so buffers seal and merge often.
+            o.rangetab_count = 8;
+            o.rangetab_capacity_bytes = 96 << 10;
+            if self.setup.rangetab_bounds {
+                o.rangetab_boundaries = (1..8).map(|i| key(self.setup.keys * i / 8)).collect();
+            } else {
+                o.rangetab_hash_index = false;
+            }
+        }
+        if self.setup.design == Preset::NvCache {
+            // A cache small enough that evictions to SSD run all along.
+            o.l1_size_bytes = 256 << 10;
+            o.nvcache_cache_bytes = self.setup.nv_cache;
+            o.nvcache_pm_levels = self.setup.nv_levels;
+            if self.setup.nv_paper {
+                o.nvcache_append = tierkv::NvAppend::PerEntry;
+                o.nvcache_table_bytes = u64::MAX;
+                o.nvcache_copy_out_percent = 0;
+            }
+            if self.setup.nv_array_only {
+                o.nvcache_relink = tierkv::NvRelink::ArrayOnly;
+            }
+        }
         o
     }
 
@@ -249,9 +304,13 @@ impl Harness {
             .write(b, &WriteOptions { sync })
             .unwrap_or_else(|e| panic!("write failed: {e}"));
         apply(&mut self.model, &ops);
-        self.history.push(ops);
+        self.committed += 1;
+        self.pending.push(ops);
         if sync || self.setup.pm_wal {
-            self.durable = self.history.len();
+            // Everything before a durable batch is durable too.
+            for ops in self.pending.drain(..) {
+                apply(&mut self.durable_model, &ops);
+            }
         }
     }
 
@@ -362,10 +421,12 @@ impl Harness {
 
     fn reopen(&mut self) {
         self.snapshots.clear();
+        self.reopens += 1;
         let db = self.db.take().expect("open");
         db.close().expect("close");
         // A clean close makes every write durable.
-        self.durable = self.history.len();
+        self.pending.clear();
+        self.durable_model = self.model.clone();
         self.open();
         let got = self.full_contents();
         if got != self.model && std::env::var_os("TIERKV_MODEL_DIFF").is_some() {
@@ -392,33 +453,26 @@ impl Harness {
         // The state must be the model after some prefix of the history that
         // includes every durable write.
         let got = self.full_contents();
-        let mut m = Model::new();
-        for ops in &self.history[..self.durable] {
-            apply(&mut m, ops);
-        }
-        let mut n = self.durable;
-        while got != m && n < self.history.len() {
-            apply(&mut m, &self.history[n]);
+        let mut m = self.durable_model.clone();
+        let mut n = 0;
+        while got != m && n < self.pending.len() {
+            apply(&mut m, &self.pending[n]);
             n += 1;
         }
         // `TIERKV_MODEL_DIFF=1` prints how the database differs from the
         // model after every committed batch.
         if got != m && std::env::var_os("TIERKV_MODEL_DIFF").is_some() {
-            let mut full = Model::new();
-            for ops in &self.history {
-                apply(&mut full, ops);
-            }
-            print_diff(&got, &full);
+            print_diff(&got, &self.model);
         }
         assert!(
             got == m,
-            "after crash: no prefix of the {} committed batches (>= {} durable) matches the database ({} keys)",
-            self.history.len(),
-            self.durable,
-            got.len()
+            "after crash: no prefix of the {} batches committed after the last durable one matches the database ({} keys; {} batches committed in all)",
+            self.pending.len(),
+            got.len(),
+            self.committed
         );
-        self.history.truncate(n);
-        self.durable = n;
+        self.pending.clear();
+        self.durable_model = m.clone();
         self.model = m;
     }
 
@@ -498,7 +552,19 @@ impl log::Log for StderrLog {
     fn flush(&self) {}
 }
 
-fn run(setup: Setup) -> usize {
+/// What a run did.
+#[derive(Default)]
+struct Totals {
+    ops: u64,
+    crashes: usize,
+    reopens: usize,
+}
+
+/// Runs the setup's seeds (or `TIERKV_MODEL_SEED`). `TIERKV_MODEL_OPS`
+/// sets the operations of the whole run (split over the seeds) instead of
+/// the setup's per-seed count: the campaign at scale
+/// (`scripts/campaigns.sh`) runs 10^6 per design.
+fn run(setup: Setup) -> Totals {
     if std::env::var_os("TIERKV_MODEL_DIFF").is_some() {
         static LOG: StderrLog = StderrLog;
         if log::set_logger(&LOG).is_ok() {
@@ -512,19 +578,27 @@ fn run(setup: Setup) -> usize {
         Some(s) => vec![s],
         None => setup.seeds.to_vec(),
     };
-    let mut crashes = 0;
+    let ops_per_seed = std::env::var("TIERKV_MODEL_OPS")
+        .ok()
+        .and_then(|s| s.parse::<usize>().ok())
+        .map_or(setup.ops, |total| total.div_ceil(seeds.len()));
+    let mut totals = Totals::default();
     for seed in seeds {
         let result = std::panic::catch_unwind(|| {
             let mut rng = SmallRng::seed_from_u64(seed);
             let mut h = Harness::new(setup);
-            for _ in 0..setup.ops {
+            for _ in 0..ops_per_seed {
                 h.step(&mut rng);
             }
             h.reopen();
-            h.crashes
+            (h.crashes, h.reopens)
         });
         match result {
-            Ok(c) => crashes += c,
+            Ok((c, r)) => {
+                totals.ops += ops_per_seed as u64;
+                totals.crashes += c;
+                totals.reopens += r;
+            }
             Err(e) => {
                 eprintln!(
                     "model test failed: design {} pm_wal {} seed {seed} (replay with TIERKV_MODEL_SEED={seed})",
@@ -534,7 +608,7 @@ fn run(setup: Setup) -> usize {
             }
         }
     }
-    crashes
+    totals
 }
 
 /// One line per design and WAL placement.
@@ -545,8 +619,14 @@ macro_rules! model_test {
             #[allow(unused_mut)]
             let mut setup = Setup::new($design, $pm, $seeds);
             $(setup.$field = $val;)*
-            let crashes = run(setup);
-            eprintln!("{}: {crashes} crashes", stringify!($name));
+            let t = run(setup);
+            eprintln!(
+                "SUMMARY model {}: {} operations, {} crashes (file system and PM cut at one instant), {} clean reopens; every check passed (no acknowledged write lost, nothing unwritten)",
+                stringify!($name),
+                t.ops,
+                t.crashes,
+                t.reopens
+            );
         }
     };
 }
@@ -565,6 +645,48 @@ model_test!(classic_regions_pm_wal, Preset::Classic, pm_wal: true, seeds: &[47, 
 model_test!(vlsm_regions_hash, Preset::Vlsm, pm_wal: false, seeds: &[51, 52, 53], keys: 4000, regions: 4);
 model_test!(vlsm_regions_range, Preset::Vlsm, pm_wal: false, seeds: &[54, 55, 56], keys: 4000, regions: 4, range_routing: true);
 model_test!(triangle_pm_wal, Preset::Triangle, pm_wal: true, seeds: &[21, 22, 23, 24]);
+model_test!(rangetab_pm_wal, Preset::RangeTab, pm_wal: true, seeds: &[61, 62, 63, 64]);
+model_test!(rangetab_quantiles, Preset::RangeTab, pm_wal: true, seeds: &[65, 66], rangetab_bounds: false);
+model_test!(rangetab_background_only, Preset::RangeTab, pm_wal: true, seeds: &[67, 68], compact_range: false);
 model_test!(matrix_pm_wal, Preset::Matrix, pm_wal: true, seeds: &[31, 32, 33, 34]);
 model_test!(triangle_regions_range, Preset::Triangle, pm_wal: true, seeds: &[25, 26], regions: 4, range_routing: true);
 model_test!(matrix_regions_hash, Preset::Matrix, pm_wal: true, seeds: &[35, 36], regions: 4);
+// TLSM: skip lists in PM, each policy and ablation variant. The model's
+// data (a few MB) fits the PM tier, so `lru` gets a small capacity to make
+// evictions happen, `leveled` a low threshold to make conversions happen,
+// and `none` a copy-forward threshold to make copy-forwards happen.
+fn tlsm_small_lists(o: &mut Options) {
+    o.l1_size_bytes = 256 << 10;
+}
+model_test!(tlsm_full_lru, Preset::Tlsm, pm_wal: true, seeds: &[61, 62, 63], tweak: |o| {
+    tlsm_small_lists(o);
+    o.tlsm.lru_capacity_bytes = 2 << 20;
+});
+model_test!(tlsm_full_leveled_ssd_wal, Preset::Tlsm, pm_wal: false, seeds: &[64, 65], tweak: |o| {
+    tlsm_small_lists(o);
+    o.tlsm.policy = tierkv::options::TlsmPolicy::Leveled;
+    o.tlsm.level_threshold = 1;
+});
+model_test!(tlsm_full_none, Preset::Tlsm, pm_wal: true, seeds: &[66, 67], tweak: |o| {
+    tlsm_small_lists(o);
+    o.tlsm.policy = tierkv::options::TlsmPolicy::None;
+    o.tlsm.copy_forward_live_ratio = 0.5;
+    o.tlsm.persist_every = 8;
+});
+model_test!(tlsm_ps_bac, Preset::Tlsm, pm_wal: true, seeds: &[68, 69], tweak: |o| {
+    tlsm_small_lists(o);
+    o.tlsm.variant = tierkv::options::TlsmVariant::PsBac;
+    o.tlsm.lru_capacity_bytes = 3 << 20;
+});
+model_test!(tlsm_ps, Preset::Tlsm, pm_wal: false, seeds: &[70, 71], tweak: |o| {
+    tlsm_small_lists(o);
+    o.tlsm.variant = tierkv::options::TlsmVariant::Ps;
+});
+model_test!(tlsm_faithful_regions, Preset::Tlsm, pm_wal: true, seeds: &[72], regions: 3, tweak: |o| {
+    tlsm_small_lists(o);
+    o.tlsm.persist_order = tierkv::options::TlsmPersistOrder::Faithful;
+});
+model_test!(nvcache, Preset::NvCache, pm_wal: true, seeds: &[61, 62, 63, 64], keys: 2000, nv_cache: 384 << 10);
+model_test!(nvcache_background_only, Preset::NvCache, pm_wal: true, seeds: &[65, 66], keys: 2000, nv_cache: 384 << 10, compact_range: false);
+model_test!(nvcache_paper, Preset::NvCache, pm_wal: true, seeds: &[67, 68], keys: 2000, nv_cache: 384 << 10, nv_paper: true);
+model_test!(nvcache_array_only_3_levels, Preset::NvCache, pm_wal: true, seeds: &[69, 70], keys: 2000, nv_cache: 1 << 20, nv_levels: 3, nv_array_only: true);

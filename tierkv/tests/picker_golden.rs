@@ -39,6 +39,39 @@
 //! side applies the design's own container edit (consumed range, freed
 //! extents, deleted rows) and replaces the L1 inputs by one table;
 //! `row <spec>` flushes one more row on top of L0.
+//! TLSM (`define design=tlsm`, with `policy=leveled|lru|none`,
+//! `threshold=`, `variant=ps|ps_bac|full`, `cap=` the LRU capacity,
+//! `cf=` the copy-forward live ratio in percent): a table spec ending in
+//! `/pm` is a persistent skip list (its metadata only: the picker never
+//! opens a list); `refs` registers lists' data runs in the design's
+//! reference index, one line per list: `#id own=<bytes> <first>+<pages>:<bytes> ...`,
+//! and `release` (one `#id` a line) unregisters lists as the engine's
+//! release would;
+//! `pick free=<bytes> cap=<bytes>` gives the picker the PM tier's figures;
+//! `apply` of a TLSM task writes skip lists where the job would (link and
+//! copy compactions, copy-forwards), SSTs elsewhere, and an evicted list
+//! becomes an SST at its level.
+//!
+//! RangeKV (`define design=rangetab rt=N cap=SIZE bounds=k1,k2,...`, and
+//! `beta=`, `alpha=`, `mu=`, `gamma=`, `faithful=1` for the paper's
+//! picker as written): L0 tables are buffer tables
+//! `r.slot:state:bytes:lo-hi[@seq]` (state `write` or `sealed`; buffers
+//! not listed are init; within a RangeTab the buffer with the larger seq
+//! is the younger). Only metadata and state records: the picker reads no
+//! PM. `pick rate=R peak=P flushing=1 gen=G` gives the load figures, a
+//! flush in flight and the version generation (step 3's seed); `apply` of
+//! a RangeTab merge also resets the merged buffers to init.
+//!
+//! NV-Cache (`define design=nvcache`, with `pm=`, `mem=`, `cache=` the
+//! cache budget, `pm_levels=`): tables of the PM levels (L0..=K) are
+//! NVTable metadata, `lo-hi[@seq][:size][/s1+s2+…]` — the named segments
+//! (`sN` is a 64-page run, shared by every table that names it) after the
+//! table's own one-page array run; the picker reads nothing else. `nv`
+//! prints K, the cache budget and the cache's allocated and live bytes;
+//! `pick free=SIZE` passes the free PM the engine would see; `apply` of a
+//! task into a PM level makes one NVTable per key-connected group listing
+//! every segment its inputs listed (a list compaction moves nodes, not
+//! data), and into SSD one SST.
 //! Regenerate expected outputs with `TIERKV_REGENERATE=1 cargo test --test picker_golden`.
 
 use std::collections::HashSet;
@@ -50,6 +83,16 @@ use tierkv::compaction::vsst::VsstParams;
 use tierkv::design::container::rowtable::{self, BuildParams, PageSource, RowTable};
 use tierkv::design::container::{side_edit, victim_windows, Container, ContainerState, SidePlan};
 use tierkv::design::matrix::Matrix;
+use tierkv::design::nvcache::NvCache;
+use tierkv::design::rangetab::layout::{
+    buffer_tag, BufferRecord, Layout, RtView, Source, State, LAYOUT_TAG,
+};
+use tierkv::design::rangetab::picker::{average_ratio, MergePlan};
+use tierkv::design::rangetab::RangeTab;
+use tierkv::design::tlsm::format::DataRef;
+use tierkv::design::tlsm::picker as tlsm_picker;
+use tierkv::design::tlsm::refs::ListRefs;
+use tierkv::design::tlsm::Tlsm;
 use tierkv::design::triangle::Triangle;
 use tierkv::design::{Design, PickContext, Task, TaskKind};
 use tierkv::key::{make_internal_key, Kind};
@@ -105,6 +148,8 @@ impl PageSource for Pages<'_> {
 
 struct Script {
     design: Arc<dyn Design>,
+    /// The TLSM design under test, if any.
+    tlsm: Option<Arc<Tlsm>>,
     opts: Options,
     pm: Option<Pm>,
     version: Version,
@@ -112,6 +157,10 @@ struct Script {
     last: Option<Task>,
     next_id: u64,
     ctx: Arc<TableContext>,
+    /// The RangeTab layout of a `design=rangetab` script.
+    rt: Option<Arc<Layout>>,
+    /// NV-Cache under test (its PM levels hold NVTable metadata).
+    nv: Option<Arc<NvCache>>,
 }
 
 /// Base-26 value of a lowercase key.
@@ -165,6 +214,7 @@ impl Script {
     fn new() -> Script {
         Script {
             design: tierkv::design::build(&Options::default(), None).expect("classic"),
+            tlsm: None,
             opts: Options::default(),
             pm: None,
             version: Version::empty(7),
@@ -172,7 +222,125 @@ impl Script {
             last: None,
             next_id: 1,
             ctx: Self::fresh_ctx(),
+            rt: None,
+            nv: None,
         }
+    }
+
+    /// A RangeTab buffer table `r.slot:state:bytes:lo-hi[@seq]`; records
+    /// its state (order from the seqno: set by `order_buffers`).
+    fn rt_table(&mut self, spec: &str) -> Arc<TableHandle> {
+        let layout = Arc::clone(self.rt.as_ref().expect("rangetab layout"));
+        let mut f = spec.split(':');
+        let (r, slot) = f
+            .next()
+            .and_then(|b| b.split_once('.'))
+            .map(|(r, s)| (r.parse::<u32>().expect("r"), s.parse::<u8>().expect("slot")))
+            .expect("r.slot");
+        let state = match f.next().expect("state") {
+            "write" => State::Write,
+            "sealed" => State::Sealed,
+            other => panic!("buffer state {other}"),
+        };
+        let size = parse_size(f.next().expect("bytes"));
+        let range = f.next().expect("lo-hi");
+        let (range, seq) = match range.split_once('@') {
+            Some((r, q)) => (r, q.parse::<u64>().expect("seq")),
+            None => (range, self.next_id * 10),
+        };
+        let (lo, hi) = range.split_once('-').expect("range a-b");
+        let id = self.next_id;
+        self.next_id += 1;
+        let rec = BufferRecord {
+            state,
+            order: seq,
+            chunks: 1,
+        };
+        self.version
+            .design_state
+            .insert(buffer_tag(r, slot), rec.encode());
+        TableHandle::new(
+            TableMeta {
+                id,
+                tier: Tier::Pm,
+                format: TableFormat::RangeTab,
+                size_bytes: size,
+                smallest: make_internal_key(lo.as_bytes(), seq, Kind::Put),
+                largest: make_internal_key(hi.as_bytes(), seq, Kind::Put),
+                seq_min: seq,
+                seq_max: seq,
+                entries: 1,
+                deletions: 0,
+                pm_pages: vec![layout.run(r, slot)],
+            },
+            Arc::clone(&self.ctx),
+        )
+    }
+
+    fn show_rangetabs(&self) -> String {
+        let Some(layout) = &self.rt else {
+            return String::new();
+        };
+        let rt = match RtView::of(&self.version, Arc::clone(layout)) {
+            Ok(rt) => rt,
+            Err(e) => return format!("rangetabs: {e}\n"),
+        };
+        let mut s = String::from("rangetabs:");
+        for r in 0..layout.count {
+            let bufs: Vec<String> = rt
+                .pair(r)
+                .iter()
+                .map(|b| match b.rec.state {
+                    State::Init => "-".to_string(),
+                    State::Write => format!("W{}", fmt_size(b.used())),
+                    State::Sealed => format!("S{}", fmt_size(b.used())),
+                })
+                .collect();
+            let _ = write!(s, " {r}[{}]", bufs.join(" "));
+        }
+        let _ = writeln!(s, " avg={:.2}", average_ratio(&rt));
+        s
+    }
+
+    /// True if `level` holds NVTables (NV-Cache's PM levels).
+    fn nv_level(&self, level: usize) -> bool {
+        self.nv
+            .as_ref()
+            .is_some_and(|d| level <= d.shape().lowest_pm)
+    }
+
+    /// An NVTable's metadata from `lo-hi[@seq][:size][/s1+s2+…]`.
+    fn nv_table(&mut self, spec: &str) -> Arc<TableHandle> {
+        let (spec, segs) = match spec.split_once('/') {
+            Some((t, s)) => (t, s),
+            None => (spec, ""),
+        };
+        let t = self.table(spec);
+        let mut meta = t.meta.clone();
+        drop(t);
+        meta.tier = Tier::Pm;
+        meta.format = TableFormat::NvTable;
+        meta.entries = (meta.size_bytes / 1024).max(1);
+        meta.pm_pages = vec![PageRun {
+            first: 100_000 + meta.id,
+            count: 1,
+        }];
+        for seg in segs.split('+').filter(|s| !s.is_empty()) {
+            let n: u64 = seg.trim_start_matches('s').parse().expect("segment sN");
+            meta.pm_pages.push(PageRun {
+                first: 1000 + 64 * n,
+                count: 64,
+            });
+        }
+        TableHandle::new(meta, Arc::clone(&self.ctx))
+    }
+
+    fn segment_names(t: &TableHandle) -> String {
+        t.meta.pm_pages[1..]
+            .iter()
+            .map(|r| format!("s{}", (r.first - 1000) / 64))
+            .collect::<Vec<_>>()
+            .join("+")
     }
 
     fn fresh_ctx() -> Arc<TableContext> {
@@ -186,6 +354,10 @@ impl Script {
     }
 
     fn table(&mut self, spec: &str) -> Arc<TableHandle> {
+        let (spec, pm) = match spec.strip_suffix("/pm") {
+            Some(s) => (s, true),
+            None => (spec, false),
+        };
         let (range, size) = match spec.split_once(':') {
             Some((r, s)) => (r, parse_size(s)),
             None => (spec, 64 << 20),
@@ -197,11 +369,21 @@ impl Script {
         let (lo, hi) = range.split_once('-').expect("range a-b");
         let id = self.next_id;
         self.next_id += 1;
+        let (tier, format, pm_pages) = if pm {
+            // A list's own runs (header and nodes): unique per id.
+            let run = PageRun {
+                first: 1_000_000 + id * 16,
+                count: 1,
+            };
+            (Tier::Pm, TableFormat::PmSkipList, vec![run])
+        } else {
+            (Tier::Ssd, TableFormat::Sst, Vec::new())
+        };
         TableHandle::new(
             TableMeta {
                 id,
-                tier: Tier::Ssd,
-                format: TableFormat::Sst,
+                tier,
+                format,
                 size_bytes: size,
                 smallest: make_internal_key(lo.as_bytes(), seq, Kind::Put),
                 largest: make_internal_key(hi.as_bytes(), seq, Kind::Put),
@@ -209,7 +391,7 @@ impl Script {
                 seq_max: seq,
                 entries: 1,
                 deletions: 0,
-                pm_pages: Vec::new(),
+                pm_pages,
             },
             Arc::clone(&self.ctx),
         )
@@ -317,7 +499,9 @@ impl Script {
                     t.meta.seq_max,
                     fmt_size(t.meta.size_bytes)
                 );
-                if t.meta.tier == Tier::Pm {
+                if t.meta.format == TableFormat::NvTable {
+                    let _ = write!(s, "/{}", Self::segment_names(t));
+                } else if t.meta.tier == Tier::Pm {
                     let _ = write!(s, "/{}runs", t.meta.pm_pages.len());
                 }
             }
@@ -327,6 +511,7 @@ impl Script {
             s.push_str("empty\n");
         }
         s.push_str(&self.show_container());
+        s.push_str(&self.show_rangetabs());
         s
     }
 
@@ -357,6 +542,18 @@ impl Script {
             );
             if p.compactor_seq > 0 {
                 let _ = write!(s, " compactor<={}", p.compactor_seq);
+            }
+        }
+        if let Some(p) = MergePlan::of(t) {
+            let rs: Vec<String> = p.rangetabs.iter().map(|r| r.to_string()).collect();
+            let _ = write!(s, " rangetabs {}", rs.join(","));
+            if !p.seal.is_empty() {
+                let seal: Vec<String> = p
+                    .seal
+                    .iter()
+                    .map(|(r, slot, id)| format!("{r}.{slot}#{id}"))
+                    .collect();
+                let _ = write!(s, " seal {}", seal.join(","));
             }
         }
         if !t.grandparents.is_empty() {
@@ -400,12 +597,88 @@ impl Script {
                         "l0_batch" => o.vlsm_l0_batch_ssts = v.parse().expect("n"),
                         "l1_size" => o.vlsm_l1_size_bytes = Some(parse_size(v)),
                         "vsst" => o.vsst = Some(*v == "on"),
+                        "policy" => {
+                            o.tlsm.policy =
+                                tierkv::options::TlsmPolicy::from_name(v).expect("policy")
+                        }
+                        "threshold" => o.tlsm.level_threshold = v.parse().expect("n"),
+                        "variant" => {
+                            o.tlsm.variant =
+                                tierkv::options::TlsmVariant::from_name(v).expect("variant")
+                        }
+                        "cf" => {
+                            o.tlsm.copy_forward_live_ratio =
+                                v.parse::<f64>().expect("percent") / 100.0
+                        }
+                        "rt" => o.rangetab_count = v.parse().expect("n"),
+                        "cap" if o.design == Preset::Tlsm => {
+                            o.tlsm.lru_capacity_bytes = parse_size(v)
+                        }
+                        "cap" => o.rangetab_capacity_bytes = parse_size(v),
+                        "bounds" => {
+                            o.rangetab_boundaries =
+                                v.split(',').map(|b| b.as_bytes().to_vec()).collect()
+                        }
+                        "beta" => o.rangetab_beta = v.parse().expect("x"),
+                        "alpha" => o.rangetab_alpha = v.parse().expect("x"),
+                        "mu" => o.rangetab_mu = v.parse().expect("x"),
+                        "gamma" => o.rangetab_gamma = v.parse().expect("x"),
+                        "faithful" => o.rangetab_faithful_picker = *v == "1",
+                        "cache" => o.nvcache_cache_bytes = parse_size(v),
+                        "pm_levels" => o.nvcache_pm_levels = v.parse().expect("n"),
                         other => panic!("unknown define option {other}"),
                     }
                 }
                 self.ctx = Self::fresh_ctx();
                 self.pm = None;
-                if o.design.needs_pm() {
+                self.tlsm = None;
+                self.rt = None;
+                self.nv = None;
+                if o.design == Preset::NvCache {
+                    if !args.iter().any(|(k, _)| *k == "mem") {
+                        o.memtable_size_bytes = 4 << 20;
+                    }
+                    let sim: Arc<dyn PmRegion> = Arc::new(SimRegion::new(pm_bytes as usize));
+                    o.pm_region = Some(Arc::clone(&sim));
+                    o.pm_size_bytes = pm_bytes;
+                    let tier = Arc::new(PmTier::open(sim, false).expect("PM tier"));
+                    let d = Arc::new(NvCache::new(&o, tier).expect("design"));
+                    self.design = Arc::clone(&d) as Arc<dyn Design>;
+                    self.nv = Some(d);
+                } else if o.design == Preset::Tlsm {
+                    if !args.iter().any(|(k, _)| *k == "mem") {
+                        o.memtable_size_bytes = 400 << 10;
+                    }
+                    let sim: Arc<dyn PmRegion> = Arc::new(SimRegion::new(pm_bytes as usize));
+                    o.pm_region = Some(Arc::clone(&sim));
+                    o.pm_size_bytes = pm_bytes;
+                    let tier = Arc::new(PmTier::open(sim, false).expect("PM tier"));
+                    let t = Arc::new(Tlsm::new(&o, tier).expect("tlsm"));
+                    t.install(&self.ctx);
+                    self.tlsm = Some(Arc::clone(&t));
+                    self.design = t;
+                } else if o.design == Preset::RangeTab {
+                    // Metadata only: buffer runs at made-up pages.
+                    let sim: Arc<dyn PmRegion> = Arc::new(SimRegion::new(pm_bytes as usize));
+                    o.pm_region = Some(Arc::clone(&sim));
+                    o.pm_size_bytes = pm_bytes;
+                    let tier = Arc::new(PmTier::open(sim, false).expect("PM tier"));
+                    let d = Arc::new(RangeTab::new(&o, tier).expect("design"));
+                    d.install(&self.ctx);
+                    self.design = d;
+                    let n = o.rangetab_boundaries.len() as u32 + 1;
+                    let cap = o.rangetab_capacity_bytes;
+                    let pages = (64 + cap).div_ceil(4096);
+                    let layout = Layout::new(
+                        n,
+                        cap,
+                        pages,
+                        (0..2 * u64::from(n)).map(|i| 100 + i * pages).collect(),
+                        Source::Option,
+                        o.rangetab_boundaries.clone(),
+                    );
+                    self.rt = Some(Arc::new(layout));
+                } else if o.design.needs_pm() {
                     if !args.iter().any(|(k, _)| *k == "mem") {
                         o.memtable_size_bytes = 64 << 10;
                     }
@@ -413,7 +686,7 @@ impl Script {
                     o.pm_region = Some(sim);
                     o.pm_size_bytes = pm_bytes;
                     let region = Arc::clone(o.pm_region.as_ref().expect("sim region"));
-                    let tier = Arc::new(PmTier::open(region).expect("PM tier"));
+                    let tier = Arc::new(PmTier::open(region, false).expect("PM tier"));
                     let (pmd, d): (PmDesign, Arc<dyn Design>) = match o.design {
                         Preset::Triangle => {
                             let t = Arc::new(Triangle::new(&o, Arc::clone(&tier)).expect("design"));
@@ -433,6 +706,9 @@ impl Script {
                 }
                 self.opts = o.clone();
                 self.version = Version::empty(o.level_count);
+                if let Some(l) = &self.rt {
+                    self.version.design_state.insert(LAYOUT_TAG, l.encode());
+                }
                 self.busy.clear();
                 self.next_id = 1;
                 let mut rows: Vec<&str> = Vec::new();
@@ -444,7 +720,16 @@ impl Script {
                             rows.push(spec);
                             continue;
                         }
-                        let t = self.table(spec);
+                        if level == 0 && self.rt.is_some() {
+                            let t = self.rt_table(spec);
+                            self.version.levels[0].push(t);
+                            continue;
+                        }
+                        let t = if self.nv_level(level) {
+                            self.nv_table(spec)
+                        } else {
+                            self.table(spec)
+                        };
                         self.version.levels[level].push(t);
                     }
                 }
@@ -476,20 +761,37 @@ impl Script {
                 self.resort();
                 self.show_version()
             }
-            "pick" => match self
-                .design
-                .pick(&self.version, &PickContext::idle(&self.busy))
-            {
-                Some(t) => {
-                    let s = Self::show_task(&t);
-                    self.last = Some(t);
-                    s
+            "pick" => {
+                let picked = {
+                    let mut cx = PickContext::idle(&self.busy);
+                    for (k, v) in &args {
+                        match *k {
+                            "rate" => cx.write_bytes_per_sec = parse_size(v) as f64,
+                            "peak" => cx.write_bytes_per_sec_peak = parse_size(v) as f64,
+                            "flushing" => cx.flush_running = *v == "1",
+                            "gen" => self.version.generation = v.parse().expect("n"),
+                            "free" => cx.pm_free_bytes = Some(parse_size(v)),
+                            "cap" => cx.pm_capacity_bytes = Some(parse_size(v)),
+                            other => panic!("unknown pick option {other}"),
+                        }
+                    }
+                    if cx.pm_free_bytes.is_some() && cx.pm_capacity_bytes.is_none() {
+                        cx.pm_capacity_bytes = Some(self.opts.pm_size_bytes);
+                    }
+                    self.design.pick(&self.version, &cx)
+                };
+                match picked {
+                    Some(t) => {
+                        let s = Self::show_task(&t);
+                        self.last = Some(t);
+                        s
+                    }
+                    None => {
+                        self.last = None;
+                        "none\n".into()
+                    }
                 }
-                None => {
-                    self.last = None;
-                    "none\n".into()
-                }
-            },
+            }
             "row" => {
                 // A flush into the container: a new newest row.
                 let pred = self.version.levels[0].first().map(|t| {
@@ -507,6 +809,80 @@ impl Script {
                 self.resort();
                 self.show_version()
             }
+            "refs" => {
+                let t = self.tlsm.as_ref().expect("refs needs design=tlsm");
+                let mut out = String::new();
+                let mut ids = Vec::new();
+                for line in input {
+                    let mut words = line.split_whitespace();
+                    let id: u64 = words
+                        .next()
+                        .and_then(|w| w.trim_start_matches('#').parse().ok())
+                        .expect("#id");
+                    let mut own = 0;
+                    let mut data = Vec::new();
+                    for w in words {
+                        if let Some(v) = w.strip_prefix("own=") {
+                            own = parse_size(v);
+                        } else {
+                            let (run, bytes) = w.split_once(':').expect("first+pages:bytes");
+                            let (first, count) = run.split_once('+').expect("first+pages");
+                            data.push(DataRef {
+                                run: PageRun {
+                                    first: first.parse().expect("page"),
+                                    count: count.parse().expect("pages"),
+                                },
+                                bytes: parse_size(bytes),
+                            });
+                        }
+                    }
+                    data.sort();
+                    t.refs().register(
+                        id,
+                        ListRefs {
+                            own_bytes: own,
+                            data,
+                        },
+                    );
+                    ids.push(id);
+                }
+                for id in ids {
+                    let _ = writeln!(
+                        out,
+                        "#{id} exclusive {}",
+                        fmt_size(t.refs().exclusive_bytes(id))
+                    );
+                }
+                let sp = t.space();
+                let _ = writeln!(
+                    out,
+                    "data runs {} ({}), live {}, space amp {:.2}",
+                    sp.data_runs,
+                    fmt_size(sp.data_run_bytes),
+                    fmt_size(sp.live_entry_bytes),
+                    sp.amplification()
+                );
+                out
+            }
+            "release" => {
+                // A list released by the engine (`Design::release`).
+                let t = self.tlsm.as_ref().expect("release needs design=tlsm");
+                let mut out = String::new();
+                for id in input
+                    .iter()
+                    .flat_map(|l| l.split(','))
+                    .filter_map(|id| id.trim().trim_start_matches('#').parse::<u64>().ok())
+                {
+                    let freed: Vec<String> = t
+                        .refs()
+                        .unregister(id)
+                        .iter()
+                        .map(|r| format!("{}+{}", r.first, r.count))
+                        .collect();
+                    let _ = writeln!(out, "#{id} frees [{}]", freed.join(" "));
+                }
+                out
+            }
             "busy" => {
                 self.busy = input
                     .iter()
@@ -522,6 +898,16 @@ impl Script {
                 };
                 if let Some(plan) = SidePlan::of(&task) {
                     return self.apply_side(&task, &plan);
+                }
+                if self.tlsm.is_some() {
+                    return self.apply_tlsm(&task);
+                }
+                if let Some(plan) = MergePlan::of(&task) {
+                    for &(r, slot) in &plan.buffers {
+                        self.version
+                            .design_state
+                            .insert(buffer_tag(r, slot), BufferRecord::INIT.encode());
+                    }
                 }
                 // Inputs joined into groups while their key ranges meet.
                 let mut all: Vec<Arc<TableHandle>> = Vec::new();
@@ -553,6 +939,29 @@ impl Script {
                 }
                 if task.kind == TaskKind::TRIVIAL_MOVE {
                     for t in all {
+                        self.version.levels[task.output_level].push(t);
+                    }
+                } else if self.nv_level(task.output_level) {
+                    // A list compaction: the outputs list the inputs' segments.
+                    for (lo, hi, bytes, seq) in groups {
+                        let segs: std::collections::BTreeSet<u64> = all
+                            .iter()
+                            .filter(|t| {
+                                t.smallest_user_key() <= hi.as_slice()
+                                    && t.largest_user_key() >= lo.as_slice()
+                            })
+                            .flat_map(|t| {
+                                t.meta.pm_pages[1..].iter().map(|r| (r.first - 1000) / 64)
+                            })
+                            .collect();
+                        let names: Vec<String> = segs.iter().map(|n| format!("s{n}")).collect();
+                        let spec = format!(
+                            "{}-{}@{seq}:{bytes}/{}",
+                            String::from_utf8_lossy(&lo),
+                            String::from_utf8_lossy(&hi),
+                            names.join("+")
+                        );
+                        let t = self.nv_table(&spec);
                         self.version.levels[task.output_level].push(t);
                     }
                 } else {
@@ -607,6 +1016,28 @@ impl Script {
                 format!("{:?}\n", self.design.write_control(&self.version, imm))
             }
             "debt" => format!("{}\n", self.design.debt(&self.version)),
+            "nv" => {
+                let d = self.nv.as_ref().expect("design=nvcache");
+                let sh = d.shape();
+                let (alloc, live) = sh.cache_usage(&self.version);
+                // Exact to the KiB where a MiB would round.
+                let exact = |b: u64| {
+                    if b.is_multiple_of(1 << 20) {
+                        fmt_size(b)
+                    } else {
+                        format!("{}K", b >> 10)
+                    }
+                };
+                format!(
+                    "K={} cache={} allocated={} live={} reserve={} segment={}\n",
+                    sh.lowest_pm,
+                    exact(sh.cache_bytes),
+                    exact(alloc),
+                    exact(live),
+                    exact(sh.write_reserve_bytes),
+                    exact(d.segment_bytes())
+                )
+            }
             other => panic!("unknown command {other}"),
         }
     }
@@ -679,6 +1110,79 @@ impl Script {
                 pm.tier.free_pages(run).expect("free");
             }
         }
+        self.show_version()
+    }
+
+    /// Applies a TLSM task the way its job would shape the LSM: link and
+    /// copy compactions write skip lists, copy-forwards replace a list by a
+    /// fresh one, evictions turn lists into SSTs at their own levels, the
+    /// others write SSTs (or move tables); released lists leave the
+    /// reference index, as `Design::release` would.
+    fn apply_tlsm(&mut self, task: &Task) -> String {
+        let k = task.kind;
+        let pm_out =
+            k == tlsm_picker::LINK || k == tlsm_picker::COPY || k == tlsm_picker::COPY_FORWARD;
+        let per_table = k == tlsm_picker::EVICT || k == tlsm_picker::COPY_FORWARD;
+        let mut all: Vec<(usize, Arc<TableHandle>)> = Vec::new();
+        for (l, tables) in &task.inputs {
+            for t in tables {
+                all.push((*l, Arc::clone(t)));
+                self.version.levels[*l].retain(|x| x.meta.id != t.meta.id);
+            }
+        }
+        if k == TaskKind::TRIVIAL_MOVE {
+            for (_, t) in all {
+                self.version.levels[task.output_level].push(t);
+            }
+            self.resort();
+            return self.show_version();
+        }
+        let suffix = if pm_out { "/pm" } else { "" };
+        let mut made = Vec::new();
+        if per_table {
+            for (l, t) in &all {
+                let spec = format!(
+                    "{}-{}@{}:{}{suffix}",
+                    String::from_utf8_lossy(t.smallest_user_key()),
+                    String::from_utf8_lossy(t.largest_user_key()),
+                    t.meta.seq_max,
+                    t.meta.size_bytes
+                );
+                made.push((*l, spec));
+            }
+        } else {
+            let mut sorted: Vec<&Arc<TableHandle>> = all.iter().map(|(_, t)| t).collect();
+            sorted.sort_by(|a, b| a.smallest_user_key().cmp(b.smallest_user_key()));
+            let (mut lo, mut hi, mut bytes, mut seq) = (Vec::new(), Vec::new(), 0u64, 0u64);
+            for (i, t) in sorted.iter().enumerate() {
+                if i == 0 || t.smallest_user_key() < lo.as_slice() {
+                    lo = t.smallest_user_key().to_vec();
+                }
+                if t.largest_user_key() > hi.as_slice() {
+                    hi = t.largest_user_key().to_vec();
+                }
+                bytes += t.meta.size_bytes;
+                seq = seq.max(t.meta.seq_max);
+            }
+            made.push((
+                task.output_level,
+                format!(
+                    "{}-{}@{seq}:{bytes}{suffix}",
+                    String::from_utf8_lossy(&lo),
+                    String::from_utf8_lossy(&hi)
+                ),
+            ));
+        }
+        for (l, spec) in made {
+            let t = self.table(&spec);
+            self.version.levels[l].push(t);
+        }
+        if let Some(t) = &self.tlsm {
+            for (_, x) in &all {
+                t.refs().unregister(x.meta.id);
+            }
+        }
+        self.resort();
         self.show_version()
     }
 

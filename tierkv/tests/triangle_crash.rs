@@ -8,162 +8,17 @@
 //! durable image (early cache write-backs).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use tierkv::storage::mem::MemFs;
 use tierkv::storage::sim::SimRegion;
-use tierkv::storage::{
-    FileLock, FileSystem, PmRegion, Power, RandomAccessFile, WritableFile, WriteHint,
-};
-use tierkv::{Db, Options, Preset, ReadOptions, Result, WriteBatch, WriteOptions};
+use tierkv::storage::Power;
+use tierkv::{Db, Options, Preset, ReadOptions, WriteBatch, WriteOptions};
 
-/// Cuts the power just before the n-th durability event (PM persist or
-/// file/directory sync) once armed; counts events either way.
-#[derive(Default)]
-struct Countdown {
-    left: AtomicU64,
-    events: AtomicU64,
-    power: parking_lot::Mutex<Power>,
-}
-
-impl Countdown {
-    fn new(power: Power) -> Arc<Countdown> {
-        Arc::new(Countdown {
-            left: AtomicU64::new(u64::MAX),
-            events: AtomicU64::new(0),
-            power: parking_lot::Mutex::new(power),
-        })
-    }
-    fn arm(&self, n: u64) {
-        self.events.store(0, Ordering::SeqCst);
-        self.left.store(n, Ordering::SeqCst);
-    }
-    fn tick(&self) {
-        self.events.fetch_add(1, Ordering::SeqCst);
-        let prev = self
-            .left
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |x| {
-                (x != u64::MAX && x > 0).then(|| x - 1).or(Some(x))
-            })
-            .unwrap_or(u64::MAX);
-        if prev == 0 {
-            self.power.lock().cut();
-        }
-    }
-}
-
-struct CountingRegion {
-    inner: Arc<SimRegion>,
-    cd: Arc<Countdown>,
-}
-
-impl PmRegion for CountingRegion {
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
-        self.inner.write(offset, data)
-    }
-    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        self.inner.read(offset, buf)
-    }
-    fn slice(&self, offset: u64, len: usize) -> Result<&[u8]> {
-        self.inner.slice(offset, len)
-    }
-    fn persist(&self, offset: u64, len: usize) -> Result<()> {
-        self.cd.tick();
-        self.inner.persist(offset, len)
-    }
-    fn fence(&self) {
-        self.inner.fence()
-    }
-    fn persistence(&self) -> tierkv::storage::Persistence {
-        self.inner.persistence()
-    }
-    fn store_u64(&self, offset: u64, value: u64) -> Result<()> {
-        self.inner.store_u64(offset, value)
-    }
-    fn load_u64(&self, offset: u64) -> Result<u64> {
-        self.inner.load_u64(offset)
-    }
-}
-
-struct CountingFs {
-    inner: MemFs,
-    cd: Arc<Countdown>,
-}
-
-struct CountingFile {
-    inner: Box<dyn WritableFile>,
-    cd: Arc<Countdown>,
-}
-
-impl WritableFile for CountingFile {
-    fn append(&mut self, data: &[u8]) -> Result<()> {
-        self.inner.append(data)
-    }
-    fn flush(&mut self) -> Result<()> {
-        self.inner.flush()
-    }
-    fn sync(&mut self) -> Result<()> {
-        self.cd.tick();
-        self.inner.sync()
-    }
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-    fn path(&self) -> &Path {
-        self.inner.path()
-    }
-}
-
-impl FileSystem for CountingFs {
-    fn create(&self, path: &Path, hint: WriteHint) -> Result<Box<dyn WritableFile>> {
-        Ok(Box::new(CountingFile {
-            inner: self.inner.create(path, hint)?,
-            cd: Arc::clone(&self.cd),
-        }))
-    }
-    fn open(&self, path: &Path) -> Result<Arc<dyn RandomAccessFile>> {
-        self.inner.open(path)
-    }
-    fn read_all(&self, path: &Path) -> Result<Vec<u8>> {
-        self.inner.read_all(path)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> Result<()> {
-        self.inner.rename(from, to)
-    }
-    fn remove(&self, path: &Path) -> Result<()> {
-        self.inner.remove(path)
-    }
-    fn exists(&self, path: &Path) -> bool {
-        self.inner.exists(path)
-    }
-    fn list(&self, dir: &Path) -> Result<Vec<String>> {
-        self.inner.list(dir)
-    }
-    fn create_dir_all(&self, dir: &Path) -> Result<()> {
-        self.inner.create_dir_all(dir)
-    }
-    fn sync_dir(&self, dir: &Path) -> Result<()> {
-        self.cd.tick();
-        self.inner.sync_dir(dir)
-    }
-    fn file_size(&self, path: &Path) -> Result<u64> {
-        self.inner.file_size(path)
-    }
-    fn lock(&self, path: &Path) -> Result<Box<dyn FileLock>> {
-        self.inner.lock(path)
-    }
-    fn free_space(&self, dir: &Path) -> Result<u64> {
-        self.inner.free_space(dir)
-    }
-}
+mod common;
+use common::crash::{Countdown, CountingFs, CountingRegion};
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 

@@ -178,6 +178,47 @@ fn vlsm_queue_single_sst_compactions_and_vssts() {
         db.property("tierkv.levels").unwrap_or_default()
     );
 
+    // What the design reports matches the outside view: its level targets
+    // (L1 = f × SM, L2 = Φ × L1, L0 by its queue) and its counters.
+    let stats = db.stats();
+    let t = stats
+        .level_targets
+        .clone()
+        .expect("vlsm reports level targets");
+    assert_eq!(t.l0_tables, Some(o.vlsm_l0_max_ssts));
+    assert_eq!(&t.bytes[1..3], &[4 * SST, 8 * 4 * SST]);
+    let counter = |name: &str| {
+        stats
+            .design
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.parse::<f64>().expect("a number"))
+            .unwrap_or_else(|| panic!("no counter {name}"))
+    };
+    assert_eq!(counter("vlsm.l1.good_tables"), good as f64);
+    assert_eq!(counter("vlsm.l1.tables"), l1.len() as f64);
+    let merges: Vec<&CompactionRecord> = stats
+        .compactions
+        .iter()
+        .filter(|c| c.kind == "leveled" && c.output_level == 2)
+        .collect();
+    assert_eq!(counter("vlsm.l1_l2.merges"), merges.len() as f64);
+    let level_in = |l: usize| -> f64 {
+        merges
+            .iter()
+            .flat_map(|c| c.input_bytes.iter())
+            .filter(|(x, _)| *x == l)
+            .map(|(_, b)| *b as f64)
+            .sum()
+    };
+    assert_eq!(counter("vlsm.l1_l2.l1_bytes"), level_in(1));
+    assert_eq!(counter("vlsm.l1_l2.l2_bytes"), level_in(2));
+    let cut = counter("vlsm.l0_l1.good_tables") + counter("vlsm.l0_l1.poor_tables");
+    assert!(cut > 0.0, "the L0 -> L1 merges cut vSSTs");
+    assert!(db
+        .property("tierkv.level-targets")
+        .is_some_and(|p| p.starts_with("L0: 3 tables\n")));
+
     // Reopen: same contents.
     db.close().expect("close");
     let db = Db::open(Path::new("/db"), o).expect("reopen");
@@ -252,6 +293,8 @@ fn vlsm_full_queue_stalls_are_l0_stop() {
     // Without pacing, which would slow writers before the queue fills.
     let o = Options {
         vlsm_l0_max_ssts: 1,
+        // The stop is the backstop the pacing controller (on by default)
+        // exists to avoid: this test exercises the backstop.
         write_pacing: false,
         ..opts(&fs, Preset::Vlsm)
     };

@@ -240,7 +240,7 @@ fn body_corruption_names_the_file_and_the_record() {
 }
 
 #[test]
-fn damaged_payload_in_the_last_block_is_corruption_unless_it_is_the_tail() {
+fn damaged_payload_is_corruption_even_in_the_last_record() {
     // Rule: a checksum mismatch trusts the length and looks right after the
     // damaged fragment, in the same block.
     let recs: Vec<Vec<u8>> = (0..20).map(|i| payload(i, 50)).collect();
@@ -261,12 +261,48 @@ fn damaged_payload_in_the_last_block_is_corruption_unless_it_is_the_tail() {
         tierkv::Error::Corruption { at, .. } => assert_eq!(at.offset, offsets[15]),
         other => panic!("expected corruption, got {other}"),
     }
-    // The same damage in the last record is a torn tail.
-    let mut bytes = clean;
+    // The same damage in the last record: a crash only cuts a file short,
+    // so a complete record that fails its checksum is corruption too.
+    let mut bytes = clean.clone();
     bytes[offsets[19] as usize + 20] ^= 1;
-    let mut r = Reader::new(FileLog::new("a.log", bytes), 1);
+    let mut r = Reader::new(FileLog::new("a.log", bytes.clone()), 1);
+    let (got, err) = read_all(&mut r);
+    assert_eq!(got, recs[..19].to_vec());
+    match err {
+        Some(Error::Corruption { at, .. }) => assert_eq!(at.offset, offsets[19]),
+        other => panic!("expected corruption, got {other:?}"),
+    }
+    // Point-in-time mode ends the log there instead.
+    let mut r = Reader::new(FileLog::new("a.log", bytes), 1).point_in_time(true);
     assert_eq!(read_ok(&mut r), recs[..19].to_vec());
     assert_eq!(r.torn_tail(), Some(offsets[19]));
+    assert!(!r.dropped_records());
+    // Only a record cut short by the end of the file is a torn tail.
+    let mut r = Reader::new(FileLog::new("a.log", clean[..clean.len() - 1].to_vec()), 1);
+    assert_eq!(read_ok(&mut r), recs[..19].to_vec());
+    assert_eq!(r.torn_tail(), Some(offsets[19]));
+}
+
+#[test]
+fn a_damaged_length_is_not_taken_for_a_record_cut_short() {
+    // The last record's length grows past the end of the file: that looks
+    // like a truncated record, but the checksum verifies the true payload,
+    // which ends exactly at the end of the file.
+    let recs: Vec<Vec<u8>> = (0..20).map(|i| payload(i, 50)).collect();
+    let fs = MemFs::new();
+    let offsets = write_log(&fs, Path::new("/l.log"), 1, &recs);
+    let clean = fs.read_all(Path::new("/l.log")).unwrap();
+    for (i, bit) in [(19usize, 0x04u8), (19, 0x80), (12, 0x02)] {
+        let mut bytes = clean.clone();
+        bytes[offsets[i] as usize + 4] ^= bit; // low byte of the length
+        let mut r = Reader::new(FileLog::new("l.log", bytes), 1);
+        let (got, err) = read_all(&mut r);
+        assert_eq!(got, recs[..i].to_vec(), "record {i} bit {bit:#x}");
+        match err {
+            Some(Error::Corruption { at, .. }) => assert_eq!(at.offset, offsets[i]),
+            other => panic!("record {i} bit {bit:#x}: expected corruption, got {other:?}"),
+        }
+    }
 }
 
 #[test]
@@ -287,25 +323,37 @@ fn stale_records_of_another_log_end_the_log_cleanly() {
     assert_eq!(read_ok(&mut r), new.clone());
     assert_eq!(r.torn_tail(), None);
 
-    // Not at a record boundary: still no error and every record.
+    // Not at a record boundary: the last record no longer verifies. A crash
+    // only cuts a file short (this engine never reuses a log file), so that
+    // is corruption of the last record, after every earlier one.
     bytes.truncate(n - 1);
     bytes.extend_from_slice(&old_bytes[n + 17..]);
     let mut r = Reader::new(FileLog::new("recycled", bytes), 7);
     let (got, err) = read_all(&mut r);
-    assert!(err.is_none(), "{err:?}");
+    assert!(err.is_some_and(|e| e.is_corruption()));
     assert_eq!(&got[..], &new[..new.len() - 1]);
 }
 
 #[test]
-fn zero_filled_tail_is_a_clean_end_but_a_zero_hole_is_corruption() {
+fn zero_bytes_in_a_file_are_corruption() {
     let recs = records(4, 120);
     let fs = MemFs::new();
     let offsets = write_log(&fs, Path::new("/z.log"), 9, &recs);
     let clean = fs.read_all(Path::new("/z.log")).unwrap();
 
+    // Zeros after the last record: the writer never writes them (block
+    // padding is shorter than a header), and a crash only cuts a file short.
     let mut padded = clean.clone();
     padded.resize(clean.len() + 3 * BLOCK_SIZE + 5, 0);
-    let mut r = Reader::new(FileLog::new("z.log", padded), 9);
+    let mut r = Reader::new(FileLog::new("z.log", padded.clone()), 9);
+    let (got, err) = read_all(&mut r);
+    assert_eq!(got, recs.clone());
+    match err {
+        Some(Error::Corruption { at: loc, .. }) => assert_eq!(loc.offset, clean.len() as u64),
+        other => panic!("expected corruption, got {other:?}"),
+    }
+    // Point-in-time mode reads them as the end of the log.
+    let mut r = Reader::new(FileLog::new("z.log", padded), 9).point_in_time(true);
     assert_eq!(read_ok(&mut r), recs.clone());
     assert_eq!(r.torn_tail(), None);
 
@@ -442,4 +490,38 @@ fn mutated_logs_never_panic_and_never_yield_foreign_records() {
         let mut r = Reader::new(FileLog::new("g", bytes), 4);
         let _ = read_all(&mut r);
     }
+}
+
+/// The rule the MANIFEST relies on: any change of one byte of a log file
+/// (three different XOR masks at every offset) yields either every record
+/// exactly or `Corruption` — never fewer records with `Ok`.
+#[test]
+fn every_single_byte_change_is_corruption_or_harmless() {
+    let recs: Vec<Vec<u8>> = (0..40)
+        .map(|i| payload(i, if i == 30 { 40_000 } else { 30 + i * 13 }))
+        .collect();
+    let fs = MemFs::new();
+    write_log(&fs, Path::new("/e.log"), 5, &recs);
+    let clean = fs.read_all(Path::new("/e.log")).unwrap();
+    let mut harmless = 0;
+    for at in 0..clean.len() {
+        for mask in [0x01u8, 0x80, 0xff] {
+            let mut bytes = clean.clone();
+            bytes[at] ^= mask;
+            let mut r = Reader::new(FileLog::new("e.log", bytes), 5);
+            let (got, err) = read_all(&mut r);
+            match err {
+                None => {
+                    assert_eq!(got, recs, "change {mask:#x} at {at} lost records silently");
+                    harmless += 1;
+                }
+                Some(e) => assert!(e.is_corruption(), "change at {at}: {e}"),
+            }
+        }
+    }
+    // Only block padding is unchecked.
+    assert!(
+        harmless < 3 * HEADER_SIZE * 2,
+        "{harmless} harmless changes"
+    );
 }

@@ -10,7 +10,9 @@ use rand::{Rng, SeedableRng};
 use tierkv::storage::sim::SimRegion;
 use tierkv::storage::PmRegion;
 use tierkv::wal::pm::{extent_len_for_blocks, EXTENT_HEADER_BYTES};
-use tierkv::wal::{is_pm_full, ExtentSource, LogSink, PmLog, PmSource, Reader, Writer};
+use tierkv::wal::{
+    is_pm_full, ExtentSource, LogSink, PmLog, PmSource, Reader, Writer, HEADER_SIZE,
+};
 use tierkv::{Error, Result};
 
 /// A bump allocator with a LIFO free list (so freed extents are reused
@@ -522,10 +524,88 @@ fn record_damage_in_pm_is_corruption_or_a_torn_tail_by_the_rule() {
     }
     sim.corrupt(at + 13, 0x08).unwrap();
 
-    // The last record damaged: a torn tail, every earlier record.
+    // The last record damaged in a log that was not sealed (a crash may
+    // have torn the record in flight anywhere): a torn tail, every earlier
+    // record.
     let (last_at, _) = *with_offsets.last().unwrap();
     sim.corrupt(last_at + 20, 0x01).unwrap();
     let mut r = PmLog::open_for_read(region, first, 77).unwrap();
+    assert_eq!(read_ok(&mut r), recs[..recs.len() - 1]);
+    assert_eq!(r.torn_tail(), Some(last_at));
+}
+
+/// A log sealed at a clean close: the same damage of its last record, a
+/// zeroed record, or a log ending early, is corruption; the seal is written
+/// where the synced records end, and nothing can be appended after it.
+#[test]
+fn damage_before_the_seal_of_a_cleanly_closed_log_is_corruption() {
+    let sim = Arc::new(SimRegion::new(2 << 20));
+    let region: Arc<dyn PmRegion> = sim.clone();
+    let sink = PmLog::create(
+        region.clone(),
+        TestSource::new(sim.len()),
+        78,
+        extent_len_for_blocks(2),
+    )
+    .unwrap();
+    let first = sink.first_extent();
+    let recs: Vec<Vec<u8>> = (0..150).map(|i| payload(i, 700 + i * 41)).collect();
+    let mut w = Writer::new(sink, 78);
+    assert_eq!(PmLog::sealed_end(region.as_ref(), first).unwrap(), None);
+    for r in &recs {
+        w.add_record(r).unwrap();
+        w.sync().unwrap();
+    }
+    // Appended but never synced: not covered by the seal.
+    w.add_record(b"never synced").unwrap();
+    w.seal().unwrap();
+    assert!(w.add_record(b"after the seal").is_err());
+    let end = PmLog::sealed_end(region.as_ref(), first)
+        .unwrap()
+        .expect("sealed");
+    assert!(end > 0);
+    let with_offsets = read_with_offsets(region.clone(), first, 78);
+    assert_eq!(
+        with_offsets.len(),
+        recs.len() + 1,
+        "the unsynced record is still in the volatile image"
+    );
+    let crashed = Arc::new(sim.crash());
+    let crashed_dyn: Arc<dyn PmRegion> = crashed.clone();
+    let mut r = PmLog::open_for_read(crashed_dyn.clone(), first, 78).unwrap();
+    assert_eq!(read_ok(&mut r), recs);
+    assert_eq!(r.torn_tail(), None);
+
+    let (last_at, _) = with_offsets[recs.len() - 1];
+    for (at, how) in [
+        (last_at + 20, "payload"),
+        (last_at + 1, "checksum"),
+        (last_at + 5, "length"),
+    ] {
+        let img = Arc::new(crashed.crash());
+        img.corrupt(at, 0x04).unwrap();
+        let mut r = PmLog::open_for_read(img.clone(), first, 78).unwrap();
+        let (got, err) = read_all(&mut r);
+        assert_eq!(got, recs[..recs.len() - 1].to_vec(), "{how}");
+        match err {
+            Some(Error::Corruption { at: loc, .. }) => assert_eq!(loc.offset, last_at, "{how}"),
+            other => panic!("{how}: expected corruption, got {other:?}"),
+        }
+    }
+    // The last record zeroed: the log would end early, before its seal.
+    let img = Arc::new(crashed.crash());
+    let len = HEADER_SIZE + recs[recs.len() - 1].len();
+    img.write(last_at, &vec![0u8; len]).unwrap();
+    let mut r = PmLog::open_for_read(img, first, 78).unwrap();
+    let (got, err) = read_all(&mut r);
+    assert_eq!(got, recs[..recs.len() - 1].to_vec());
+    assert!(err.is_some_and(|e| e.is_corruption()));
+    // A damaged seal is no seal: the damage reads as a torn tail again.
+    let img = Arc::new(crashed.crash());
+    img.corrupt(first + 41, 0x01).unwrap();
+    assert_eq!(PmLog::sealed_end(img.as_ref(), first).unwrap(), None);
+    img.corrupt(last_at + 20, 0x01).unwrap();
+    let mut r = PmLog::open_for_read(img, first, 78).unwrap();
     assert_eq!(read_ok(&mut r), recs[..recs.len() - 1]);
     assert_eq!(r.torn_tail(), Some(last_at));
 }

@@ -3,6 +3,9 @@
 //! write holds the map's write lock for a fixed time, so every thread waits
 //! — what a RocksDB write stop looks like from outside.
 //!
+//! [`NullEngine`] does nothing at all: a run on it measures what the
+//! client (generator, queue, workers, histograms) costs per request.
+//!
 //! Concurrency: one `RwLock` over the map; reads share it, writes take it.
 
 use std::collections::BTreeMap;
@@ -120,6 +123,66 @@ impl Engine for FakeEngine {
                 max_seconds: intervals.iter().map(|i| i.1).fold(0.0, f64::max),
                 intervals: Some(intervals),
             },
+            ..EngineStats::default()
+        })
+    }
+
+    fn close(self: Box<Self>) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// An engine that accepts every request and keeps nothing: reads find
+/// nothing, scans visit nothing. What is left of a run's CPU time is the
+/// client's own.
+pub struct NullEngine {
+    opened: Instant,
+}
+
+impl NullEngine {
+    /// A new null engine.
+    pub fn new() -> NullEngine {
+        NullEngine {
+            opened: Instant::now(),
+        }
+    }
+}
+
+impl Default for NullEngine {
+    fn default() -> Self {
+        NullEngine::new()
+    }
+}
+
+impl Engine for NullEngine {
+    fn put(&self, _key: &[u8], _value: &[u8]) -> Result<()> {
+        Ok(())
+    }
+
+    fn get(&self, _key: &[u8], _value: &mut Vec<u8>) -> Result<bool> {
+        Ok(false)
+    }
+
+    fn delete(&self, _key: &[u8]) -> Result<()> {
+        Ok(())
+    }
+
+    fn scan(
+        &self,
+        _start: &[u8],
+        _n: usize,
+        _visit: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize> {
+        Ok(0)
+    }
+
+    fn flush(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn stats(&self) -> Result<EngineStats> {
+        Ok(EngineStats {
+            uptime_s: self.opened.elapsed().as_secs_f64(),
             ..EngineStats::default()
         })
     }

@@ -1,5 +1,6 @@
 //! The engines under test, behind one trait, and the configurations that
-//! name them (`tierkv:<preset>`, `rocksdb-ssd`, `rocksdb-l0-pm`, `fake`).
+//! name them (`tierkv:<preset>`, `rocksdb-ssd`, `rocksdb-l0-pm`,
+//! `rocksdb-pm`, `fake`, `null`).
 //!
 //! Every engine gets the same [`EngineSetup`] (memtable size and count, SST
 //! size, L1 size, background jobs, block cache, bloom bits, L0 triggers, no
@@ -37,6 +38,14 @@ pub trait Engine: Send + Sync {
     fn flush(&self) -> Result<()>;
     /// A snapshot of the engine's own statistics.
     fn stats(&self) -> Result<EngineStats>;
+    /// The level shape, its targets and the engine's pending-compaction
+    /// estimate now (the fields of [`EngineStats`] the compaction debt is
+    /// computed from; the others may be left empty): what a steady-state
+    /// warm-up samples after each chunk, so it should be cheap. The
+    /// default takes a whole [`Engine::stats`].
+    fn shape(&self) -> Result<EngineStats> {
+        self.stats()
+    }
     /// The engine's own statistics text (`--statistics`), if it has one.
     fn report(&self) -> Option<String> {
         None
@@ -119,6 +128,17 @@ pub struct StallStats {
     pub intervals: Option<Vec<(f64, f64)>>,
 }
 
+/// The level shape an engine works to: what its compaction picker scores
+/// levels against (the compaction debt is measured against it).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LevelTargets {
+    /// L0 tables at which L0 compaction starts, where the engine counts L0
+    /// in tables (RocksDB, `classic`, `vlsm`).
+    pub l0_files: Option<u64>,
+    /// Target bytes per level, index = level; `bytes[0]` is L0's (0: none).
+    pub bytes: Vec<u64>,
+}
+
 /// A snapshot of an engine's statistics, cumulative since it opened.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct EngineStats {
@@ -142,6 +162,18 @@ pub struct EngineStats {
     pub compactions: Vec<CompactionEvent>,
     /// The level shape now.
     pub levels: Vec<LevelShape>,
+    /// The level shape of each region, when the engine has several
+    /// (tierkv's `Options::regions`); empty: one, `levels`.
+    pub regions: Vec<Vec<LevelShape>>,
+    /// The targets the engine works to, if it reports them.
+    pub targets: Option<LevelTargets>,
+    /// The engine's own estimate of the bytes compaction still has to
+    /// rewrite, if it reports one.
+    pub pending_compaction_bytes: Option<u64>,
+    /// Numbers the engine's design reports about its own work and shape
+    /// (tierkv's `Stats::design_counters`), by name: cumulative counters
+    /// and gauges of the shape now.
+    pub design_counters: Vec<(String, f64)>,
 }
 
 /// The preset of a tierkv configuration `<preset>[/knob=value]*`.
@@ -158,8 +190,14 @@ pub enum EngineKind {
     RocksdbSsd,
     /// RocksDB with L0 and the WAL on the PM directory.
     RocksdbL0Pm,
+    /// RocksDB with every table and the WAL on the PM directory (the
+    /// papers' "RocksDB-NVM").
+    RocksdbPm,
     /// An in-memory map (tests and dry runs of the harness).
     Fake,
+    /// Accepts every request and does nothing: what the client itself
+    /// costs (CPU per request of the open-loop generator and workers).
+    Null,
 }
 
 /// A named configuration, e.g. `tierkv:triangle` or `rocksdb-ssd`. A
@@ -181,7 +219,9 @@ impl Config {
         let kind = match s {
             "rocksdb-ssd" => EngineKind::RocksdbSsd,
             "rocksdb-l0-pm" => EngineKind::RocksdbL0Pm,
+            "rocksdb-pm" => EngineKind::RocksdbPm,
             "fake" => EngineKind::Fake,
+            "null" => EngineKind::Null,
             "tierkv" => EngineKind::Tierkv("classic".into()),
             _ => match s.strip_prefix("tierkv:") {
                 Some(p) if ::tierkv::Preset::from_name(preset_name(p)).is_some() => {
@@ -197,7 +237,7 @@ impl Config {
                 }
                 None => {
                     return Err(Error::Usage(format!(
-                        "unknown configuration `{s}`; use tierkv:<preset>, rocksdb-ssd, rocksdb-l0-pm or fake"
+                        "unknown configuration `{s}`; use tierkv:<preset>, rocksdb-ssd, rocksdb-l0-pm, rocksdb-pm, fake or null"
                     )))
                 }
             },
@@ -213,8 +253,9 @@ impl Config {
     pub fn engine_name(&self) -> &'static str {
         match self.kind {
             EngineKind::Tierkv(_) => "tierkv",
-            EngineKind::RocksdbSsd | EngineKind::RocksdbL0Pm => "rocksdb",
+            EngineKind::RocksdbSsd | EngineKind::RocksdbL0Pm | EngineKind::RocksdbPm => "rocksdb",
             EngineKind::Fake => "fake",
+            EngineKind::Null => "null",
         }
     }
 
@@ -224,8 +265,8 @@ impl Config {
             EngineKind::Tierkv(p) => {
                 ::tierkv::Preset::from_name(preset_name(p)).is_some_and(|p| p.needs_pm())
             }
-            EngineKind::RocksdbL0Pm => true,
-            EngineKind::RocksdbSsd | EngineKind::Fake => false,
+            EngineKind::RocksdbL0Pm | EngineKind::RocksdbPm => true,
+            EngineKind::RocksdbSsd | EngineKind::Fake | EngineKind::Null => false,
         }
     }
 
@@ -261,6 +302,9 @@ pub struct EngineSetup {
     pub sst_size_bytes: u64,
     /// L1 target size (`max_bytes_for_level_base`).
     pub l1_size_bytes: u64,
+    /// Growth factor between levels below L1
+    /// (`max_bytes_for_level_multiplier`; `vlsm` has its own f and Φ).
+    pub level_multiplier: u64,
     /// Background flush + compaction threads (`max_background_jobs`).
     pub background_jobs: usize,
     /// Block cache (`cache_size`).
@@ -300,6 +344,12 @@ pub struct EngineSetup {
     pub vlsm_growth_factor: u64,
     /// tierkv: independent LSMs (regions) in one database, hash-routed.
     pub regions: usize,
+    /// Key numbers of the run lie in `[0, key_count)` (0: unknown);
+    /// `tierkv:rangetab` splits that range evenly into its RangeTabs'
+    /// boundaries (YCSB's hashed keys: the whole 63-bit range).
+    pub key_count: u64,
+    /// Key size of the run (db_bench's key format, `keys::format_key`).
+    pub key_size: usize,
 }
 
 impl EngineSetup {
@@ -313,6 +363,7 @@ impl EngineSetup {
             memtable_count: 2,
             sst_size_bytes: 64 << 20,
             l1_size_bytes: 256 << 20,
+            level_multiplier: 10,
             background_jobs: 2,
             block_cache_bytes: 8 << 20,
             bloom_bits: 10,
@@ -329,6 +380,8 @@ impl EngineSetup {
             vlsm_phi: 32,
             vlsm_growth_factor: 8,
             regions: 1,
+            key_count: 0,
+            key_size: 16,
         }
     }
 }
@@ -340,15 +393,22 @@ impl EngineSetup {
 pub fn open(config: &Config, setup: &EngineSetup) -> Result<Box<dyn Engine>> {
     match &config.kind {
         EngineKind::Fake => Ok(Box::new(fake::FakeEngine::new(setup.fake_stall))),
-        EngineKind::RocksdbSsd | EngineKind::RocksdbL0Pm => open_rocksdb(config, setup),
+        EngineKind::Null => Ok(Box::new(fake::NullEngine::new())),
+        EngineKind::RocksdbSsd | EngineKind::RocksdbL0Pm | EngineKind::RocksdbPm => {
+            open_rocksdb(config, setup)
+        }
         EngineKind::Tierkv(preset) => open_tierkv(preset, setup),
     }
 }
 
 #[cfg(feature = "rocksdb")]
 fn open_rocksdb(config: &Config, setup: &EngineSetup) -> Result<Box<dyn Engine>> {
-    let l0_on_pm = config.kind == EngineKind::RocksdbL0Pm;
-    Ok(Box::new(rocksdb::RocksEngine::open(setup, l0_on_pm)?))
+    let placement = match config.kind {
+        EngineKind::RocksdbL0Pm => rocksdb::Placement::L0OnPm,
+        EngineKind::RocksdbPm => rocksdb::Placement::AllOnPm,
+        _ => rocksdb::Placement::Ssd,
+    };
+    Ok(Box::new(rocksdb::RocksEngine::open(setup, placement)?))
 }
 
 #[cfg(not(feature = "rocksdb"))]
@@ -386,5 +446,6 @@ mod tests {
         assert!(Config::parse("tierkv:vlsm/nope=1").is_err());
         assert!(Config::parse("tierkv:vlsm/mem=x").is_err());
         assert!(Config::parse("leveldb").is_err());
+        assert!(Config::parse("null").is_ok_and(|c| c.engine_name() == "null" && !c.uses_pm()));
     }
 }

@@ -7,6 +7,10 @@
 //!   the PM directory. RocksDB places a level in the first path whose target
 //!   still holds it (L0 counted as large as L1), so L0 lands on PM and L1+ on
 //!   SSD at every BENCH.md scale.
+//! - `rocksdb-pm` ("RocksDB-NVM", RangeKV §V-A; Fig. 20's all-on-NVM
+//!   store): `db_paths[0]` = the PM directory with no size limit, and the
+//!   WAL there: every table and log on PM (MANIFEST, LOG and OPTIONS stay
+//!   in the SSD directory).
 //!
 //! # Where the numbers come from
 //!
@@ -29,12 +33,16 @@
 //!   `compaction_finished` (duration, output level and bytes). The log is
 //!   flushed before it is read by a no-op `SetOptions` (RocksDB flushes its
 //!   info log at the end of `SetOptions`).
+//! - for `rocksdb-pm`: every write counts as a PM write and reads as PM
+//!   reads (no SSD reads).
 //! - for `rocksdb-l0-pm`: WAL and flush bytes count as PM writes, compaction
 //!   output to L0 as PM and to L1+ as SSD; compaction input from L0 counts as
 //!   PM reads and is taken out of the SSD reads (user reads of L0 files still
 //!   count as SSD reads: the ticker does not split them by path).
 //! - level shape: `DB::live_files`, the tier of each file found by whether
-//!   it exists in the PM directory.
+//!   it exists in the PM directory; level targets from the options
+//!   ([`level_targets`]) and `rocksdb.estimate-pending-compaction-bytes`,
+//!   for the compaction debt.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -44,9 +52,20 @@ use rocksdb::{BlockBasedOptions, Cache, DBCompressionType, DBPath, Options, Writ
 
 use super::{
     CompactionEvent, Engine, EngineSetup, EngineStats, FlushEvent, LevelBytes, LevelShape,
-    StallStats,
+    LevelTargets, StallStats,
 };
 use crate::error::{io_err, Error, Result};
+
+/// Where a RocksDB under test keeps its tables and WAL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// Everything in the SSD directory (`rocksdb-ssd`).
+    Ssd,
+    /// L0 and the WAL in the PM directory (`rocksdb-l0-pm`).
+    L0OnPm,
+    /// Every table and the WAL in the PM directory (`rocksdb-pm`).
+    AllOnPm,
+}
 
 /// A RocksDB instance under test.
 pub struct RocksEngine {
@@ -55,9 +74,11 @@ pub struct RocksEngine {
     write_opts: WriteOptions,
     dir: PathBuf,
     pm_dir: Option<PathBuf>,
+    placement: Placement,
     opened: Instant,
     opened_wall_us: u64,
     l0_trigger: String,
+    targets: LevelTargets,
     _cache: Cache,
 }
 
@@ -72,9 +93,9 @@ fn wall_micros() -> u64 {
 }
 
 impl RocksEngine {
-    /// Opens a fresh RocksDB in `setup.ssd_dir` (and `setup.pm_dir` when
-    /// `l0_on_pm`), destroying what was there.
-    pub fn open(setup: &EngineSetup, l0_on_pm: bool) -> Result<RocksEngine> {
+    /// Opens a fresh RocksDB in `setup.ssd_dir` (and `setup.pm_dir`, by
+    /// `placement`), destroying what was there.
+    pub fn open(setup: &EngineSetup, placement: Placement) -> Result<RocksEngine> {
         let mut opts = Options::default();
         opts.create_if_missing(true);
         opts.set_compression_type(match setup.compression {
@@ -86,7 +107,7 @@ impl RocksEngine {
         opts.set_max_write_buffer_number(setup.memtable_count as i32);
         opts.set_target_file_size_base(setup.sst_size_bytes);
         opts.set_max_bytes_for_level_base(setup.l1_size_bytes);
-        opts.set_max_bytes_for_level_multiplier(10.0);
+        opts.set_max_bytes_for_level_multiplier(setup.level_multiplier as f64);
         opts.set_max_background_jobs(setup.background_jobs as i32);
         opts.set_level_zero_file_num_compaction_trigger(setup.l0_triggers.0 as i32);
         opts.set_level_zero_slowdown_writes_trigger(setup.l0_triggers.1 as i32);
@@ -106,18 +127,22 @@ impl RocksEngine {
 
         let dir = setup.ssd_dir.clone();
         std::fs::create_dir_all(&dir).map_err(io_err(format!("create {}", dir.display())))?;
-        let pm_dir = if l0_on_pm {
+        let pm_dir = if placement == Placement::Ssd {
+            None
+        } else {
             let pm = setup.pm_dir.clone();
             std::fs::create_dir_all(&pm).map_err(io_err(format!("create {}", pm.display())))?;
-            let paths = [
-                DBPath::new(&pm, setup.pm_size_bytes).map_err(rerr)?,
-                DBPath::new(&dir, u64::MAX / 2).map_err(rerr)?,
-            ];
+            let paths = if placement == Placement::AllOnPm {
+                vec![DBPath::new(&pm, u64::MAX / 2).map_err(rerr)?]
+            } else {
+                vec![
+                    DBPath::new(&pm, setup.pm_size_bytes).map_err(rerr)?,
+                    DBPath::new(&dir, u64::MAX / 2).map_err(rerr)?,
+                ]
+            };
             opts.set_db_paths(&paths);
             opts.set_wal_dir(&pm);
             Some(pm)
-        } else {
-            None
         };
         let _ = DB::destroy(&opts, &dir);
         let opened = Instant::now();
@@ -142,9 +167,11 @@ impl RocksEngine {
             write_opts: WriteOptions::default(),
             dir,
             pm_dir,
+            placement,
             opened,
             opened_wall_us,
             l0_trigger: setup.l0_triggers.0.to_string(),
+            targets: level_targets(setup),
             _cache: cache,
         })
     }
@@ -172,6 +199,39 @@ impl RocksEngine {
             .collect();
         v.sort_by(|a, b| (a.level, &a.tier).cmp(&(b.level, &b.tier)));
         Ok(v)
+    }
+}
+
+/// The targets RocksDB's leveled picker scores levels against, with
+/// `level_compaction_dynamic_level_bytes` off (7.8.3's default): L1 =
+/// `max_bytes_for_level_base`, × `max_bytes_for_level_multiplier` per level
+/// (RocksDB's 7 levels), and L0 at `level0_file_num_compaction_trigger`
+/// files (bytes: that many memtables).
+pub fn level_targets(setup: &EngineSetup) -> LevelTargets {
+    let mut bytes = vec![setup.l0_triggers.0 as u64 * setup.memtable_size_bytes];
+    let mut t = setup.l1_size_bytes;
+    for _ in 1..7 {
+        bytes.push(t);
+        t = t.saturating_mul(setup.level_multiplier.max(1));
+    }
+    LevelTargets {
+        l0_files: Some(setup.l0_triggers.0 as u64),
+        bytes,
+    }
+}
+
+impl RocksEngine {
+    fn int_property(&self, name: &str) -> Result<Option<u64>> {
+        self.db.property_int_value(name).map_err(rerr)
+    }
+
+    /// Levels from `live_files` (L0's count is `rocksdb.num-files-at-level0`'s:
+    /// both read the current version) and
+    /// `rocksdb.estimate-pending-compaction-bytes`.
+    fn debt_shape(&self) -> Result<(Vec<LevelShape>, Option<u64>)> {
+        let levels = self.levels()?;
+        let pending = self.int_property("rocksdb.estimate-pending-compaction-bytes")?;
+        Ok((levels, pending))
     }
 }
 
@@ -379,7 +439,9 @@ impl Engine for RocksEngine {
         let comp_w = st.ticker("rocksdb.compact.write.bytes");
         let read = st.ticker("rocksdb.non.last.level.read.bytes")
             + st.ticker("rocksdb.last.level.read.bytes");
-        let (ssd_w, pm_w, ssd_r) = if self.pm_dir.is_some() {
+        let (ssd_w, pm_w, ssd_r) = if self.placement == Placement::AllOnPm {
+            (0, wal + flush + comp_w, 0)
+        } else if self.pm_dir.is_some() {
             let comp_to_l0: u64 = compactions
                 .iter()
                 .filter(|c| c.output_level == 0)
@@ -399,6 +461,7 @@ impl Engine for RocksEngine {
         } else {
             (wal + flush + comp_w, 0, read)
         };
+        let (levels, pending) = self.debt_shape()?;
         let (count, _, max_us) = st
             .histograms
             .get("rocksdb.db.write.stall")
@@ -419,7 +482,22 @@ impl Engine for RocksEngine {
             },
             flushes,
             compactions,
-            levels: self.levels()?,
+            levels,
+            regions: Vec::new(),
+            targets: Some(self.targets.clone()),
+            pending_compaction_bytes: pending,
+            design_counters: Vec::new(),
+        })
+    }
+
+    fn shape(&self) -> Result<EngineStats> {
+        let (levels, pending) = self.debt_shape()?;
+        Ok(EngineStats {
+            uptime_s: self.opened.elapsed().as_secs_f64(),
+            levels,
+            targets: Some(self.targets.clone()),
+            pending_compaction_bytes: pending,
+            ..EngineStats::default()
         })
     }
 
@@ -466,7 +544,7 @@ mod tests {
         setup.sst_size_bytes = 1 << 20;
         setup.l1_size_bytes = 4 << 20;
         setup.l0_triggers = (2, 3, 4);
-        let e = RocksEngine::open(&setup, false).unwrap_or_else(|e| panic!("{e}"));
+        let e = RocksEngine::open(&setup, Placement::Ssd).unwrap_or_else(|e| panic!("{e}"));
         let v = vec![7u8; 4096];
         for i in 0..8000u64 {
             e.put(&i.wrapping_mul(0x9e37_79b9_7f4a_7c15).to_be_bytes(), &v)
@@ -487,6 +565,14 @@ mod tests {
         );
         assert!(st.stall.seconds > 0.0, "tight L0 triggers stall writes");
         assert!(!st.compactions.is_empty() && !st.flushes.is_empty());
+        // The debt's inputs: targets from the options, the pending estimate.
+        let t = st.targets.clone().unwrap_or_default();
+        assert_eq!(t.l0_files, Some(2));
+        assert_eq!(&t.bytes[..3], &[2 << 20, 4 << 20, 40 << 20]);
+        let shape = e.shape().unwrap_or_else(|e| panic!("{e}"));
+        assert!(shape.pending_compaction_bytes.is_some());
+        assert!(!shape.levels.is_empty());
+        assert!(crate::metrics::debt_of(&shape).is_some());
         Box::new(e).close().unwrap_or_else(|e| panic!("{e}"));
     }
 
@@ -499,7 +585,8 @@ mod tests {
             let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
             let mut setup = EngineSetup::defaults(dir.path().join("db"), dir.path().join("pm"));
             setup.compression = c;
-            let e = RocksEngine::open(&setup, false).unwrap_or_else(|e| panic!("{c}: {e}"));
+            let e =
+                RocksEngine::open(&setup, Placement::Ssd).unwrap_or_else(|e| panic!("{c}: {e}"));
             let v = b"a compressible value, ".repeat(40);
             for i in 0..2000u64 {
                 e.put(&i.to_be_bytes(), &v)

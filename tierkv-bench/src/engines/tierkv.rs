@@ -13,11 +13,12 @@
 
 use std::time::Duration;
 
-use ::tierkv::{Db, Options, Preset, ReadOptions};
+use ::tierkv::design::rangetab as tierkv_rt;
+use ::tierkv::{Db, NvAppend, NvRelink, Options, Preset, ReadOptions};
 
 use super::{
     CompactionEvent, Engine, EngineSetup, EngineStats, FlushEvent, LevelBytes, LevelShape,
-    StallStats,
+    LevelTargets, StallStats,
 };
 use crate::error::{Error, Result};
 
@@ -38,6 +39,7 @@ pub fn options_for(preset: Preset, setup: &EngineSetup) -> Options {
         memtable_count_max: setup.memtable_count,
         sst_size_bytes: setup.sst_size_bytes,
         l1_size_bytes: setup.l1_size_bytes,
+        level_size_multiplier: setup.level_multiplier,
         l0_compaction_trigger: setup.l0_triggers.0,
         l0_slowdown_trigger: setup.l0_triggers.1,
         l0_stop_trigger: setup.l0_triggers.2,
@@ -113,6 +115,49 @@ pub enum Knob {
     Collectors(u64),
     /// `pace=0|1`: the pacing write controller off or on.
     Pacing(bool),
+    /// `rt=`: rangetab's number of RangeTabs (default: as many as the PM
+    /// holds at two buffers of the capacity each).
+    RangeTabs(u64),
+    /// `cap=`: rangetab's buffer capacity (default: the memtable size) —
+    /// the paper's Fig. 18 sweep at a fixed capacity × count.
+    Capacity(u64),
+    /// `prefix=p`: rangetab's boundaries from the paper's p-byte key
+    /// prefixes (instead of an even split of the run's key range).
+    Prefix(u64),
+    /// `quantiles=1`: rangetab's boundaries from the first memtable's
+    /// quantiles (the fallback) instead of an even split.
+    Quantiles,
+    /// `hash=0|1`: rangetab's hash index (default on).
+    HashIndex(bool),
+    /// `faithful=0|1`: rangetab's picker as the paper writes it (default
+    /// off: the sound picker).
+    Faithful(bool),
+    /// `cache=`: nvcache's cache budget in PM (default: PM minus the
+    /// memtable logs and reserves).
+    NvCacheBytes(u64),
+    /// `pmlv=`: nvcache's levels in PM, L0 included (default: what fits).
+    NvPmLevels(u64),
+    /// `seg=`: nvcache's segment size.
+    NvSegment(u64),
+    /// `tbl=`: nvcache's list-compaction output size (default the SST size).
+    NvTable(u64),
+    /// `relink=0|1`: nvcache rewrites the links of moved nodes (1, the
+    /// paper's, default) or writes offset arrays only (0).
+    NvRelink(bool),
+    /// `entry=0|1`: nvcache publishes appends entry by entry (1, the paper's
+    /// transaction per insert) or per group (0, default).
+    NvPerEntry(bool),
+    /// `copy=`: nvcache copies nodes out of segments less live than this
+    /// percentage (default 50; 0 = never, the paper's).
+    NvCopyOut(u64),
+    /// `paper=1`: nvcache with the paper's readings throughout (entry by
+    /// entry appends, one unbounded output per list compaction, no
+    /// copy-out; relinking stays on).
+    NvPaper,
+    /// `vsst=0|1`: cut L1 output into vLSM's overlap-aware vSSTs (any
+    /// design; on by default for `vlsm` only): `tierkv:triangle/vsst=1` is
+    /// the TriangleKV + vLSM combination.
+    Vsst(bool),
 }
 
 /// Parses the knobs after the preset: `vlsm/mem=8m/phi=16` → `[Memtable(8 MiB),
@@ -145,12 +190,43 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
             "batch" => Knob::L0Batch(n),
             "l1" => Knob::L1Size(n),
             "hints" if n <= 1 => Knob::Hints(n == 1),
+            "rt" if (2..=tierkv_rt::MAX_RANGETABS as u64).contains(&n) => Knob::RangeTabs(n),
+            "cap" => Knob::Capacity(n),
+            "prefix" if (1..=8).contains(&n) => Knob::Prefix(n),
+            "quantiles" if n == 1 => Knob::Quantiles,
+            "hash" if n <= 1 => Knob::HashIndex(n == 1),
+            "faithful" if n <= 1 => Knob::Faithful(n == 1),
+            "rt" | "prefix" | "quantiles" | "hash" | "faithful" => {
+                return Err(Error::Usage(format!(
+                    "knob `{part}` of `{spec}`: rt is 2..{}, prefix 1..8, quantiles 1, hash and faithful 0 or 1",
+                    tierkv_rt::MAX_RANGETABS
+                )))
+            }
             "limit" => Knob::ContainerLimit(n),
             "k" if n >= 1 => Knob::Collectors(n),
             "pace" if n <= 1 => Knob::Pacing(n == 1),
-            "pace" => {
+            "vsst" if n <= 1 => Knob::Vsst(n == 1),
+            "pace" | "vsst" => {
                 return Err(Error::Usage(format!(
-                    "knob `{part}` of `{spec}`: pace is 0 or 1"
+                    "knob `{part}` of `{spec}`: {name} is 0 or 1"
+                )))
+            }
+            "cache" => Knob::NvCacheBytes(n),
+            "pmlv" => Knob::NvPmLevels(n),
+            "seg" => Knob::NvSegment(n),
+            "tbl" => Knob::NvTable(n),
+            "relink" if n <= 1 => Knob::NvRelink(n == 1),
+            "entry" if n <= 1 => Knob::NvPerEntry(n == 1),
+            "copy" if n <= 100 => Knob::NvCopyOut(n),
+            "paper" if n == 1 => Knob::NvPaper,
+            "relink" | "entry" | "paper" => {
+                return Err(Error::Usage(format!(
+                    "knob `{part}` of `{spec}`: {name} is 0 or 1"
+                )))
+            }
+            "copy" => {
+                return Err(Error::Usage(format!(
+                    "knob `{part}` of `{spec}`: copy is a percentage, 0..=100"
                 )))
             }
             "k" => {
@@ -165,7 +241,7 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
             }
             _ => {
                 return Err(Error::Usage(format!(
-                    "unknown knob `{name}` in `{spec}`; knobs: mem, sst, phi, f, l0, batch, l1, regions, hints, limit, k, pace"
+                    "unknown knob `{name}` in `{spec}`; knobs: mem, sst, phi, f, l0, batch, l1, regions, hints, limit, k, pace, rt, cap, prefix, quantiles, hash, faithful, cache, pmlv, seg, tbl, relink, entry, copy, paper, vsst"
                 )))
             }
         });
@@ -193,7 +269,22 @@ pub fn options_for_spec(preset: Preset, spec: &str, setup: &EngineSetup) -> Resu
             | Knob::Hints(_)
             | Knob::ContainerLimit(_)
             | Knob::Collectors(_)
-            | Knob::Pacing(_) => {}
+            | Knob::Pacing(_)
+            | Knob::RangeTabs(_)
+            | Knob::Capacity(_)
+            | Knob::Prefix(_)
+            | Knob::Quantiles
+            | Knob::HashIndex(_)
+            | Knob::Faithful(_)
+            | Knob::NvCacheBytes(_)
+            | Knob::NvPmLevels(_)
+            | Knob::NvSegment(_)
+            | Knob::NvTable(_)
+            | Knob::NvRelink(_)
+            | Knob::NvPerEntry(_)
+            | Knob::NvCopyOut(_)
+            | Knob::NvPaper
+            | Knob::Vsst(_) => {}
         }
     }
     let mut o = options_for(preset, &s);
@@ -207,10 +298,70 @@ pub fn options_for_spec(preset: Preset, spec: &str, setup: &EngineSetup) -> Resu
             Knob::ContainerLimit(n) => o.pm_container_limit_bytes = n,
             Knob::Collectors(n) => o.pm_collector_threads = n as usize,
             Knob::Pacing(on) => o.write_pacing = on,
+            Knob::RangeTabs(n) => o.rangetab_count = n as usize,
+            Knob::Capacity(n) => o.rangetab_capacity_bytes = n,
+            Knob::Prefix(n) => o.rangetab_prefix_bytes = n as usize,
+            Knob::HashIndex(on) => o.rangetab_hash_index = on,
+            Knob::Faithful(on) => o.rangetab_faithful_picker = on,
+            Knob::NvCacheBytes(n) => o.nvcache_cache_bytes = n,
+            Knob::NvPmLevels(n) => o.nvcache_pm_levels = n as usize,
+            Knob::NvSegment(n) => o.nvcache_segment_bytes = n,
+            Knob::NvTable(n) => o.nvcache_table_bytes = n,
+            Knob::NvRelink(on) => {
+                o.nvcache_relink = if on {
+                    NvRelink::Links
+                } else {
+                    NvRelink::ArrayOnly
+                }
+            }
+            Knob::NvPerEntry(on) => {
+                o.nvcache_append = if on {
+                    NvAppend::PerEntry
+                } else {
+                    NvAppend::Group
+                }
+            }
+            Knob::NvCopyOut(n) => o.nvcache_copy_out_percent = n as u32,
+            Knob::NvPaper => {
+                o.nvcache_append = NvAppend::PerEntry;
+                o.nvcache_table_bytes = u64::MAX;
+                o.nvcache_copy_out_percent = 0;
+            }
+            Knob::Vsst(on) => o.vsst = Some(on),
             _ => {}
         }
     }
+    let split = !knobs
+        .iter()
+        .any(|k| matches!(k, Knob::Prefix(_) | Knob::Quantiles));
+    if preset == Preset::RangeTab && split && s.key_count > 0 {
+        even_boundaries(&mut o, s.key_count, s.key_size)?;
+    }
     Ok(o)
+}
+
+/// Splits the key numbers `[0, key_count)` evenly into the RangeTabs'
+/// boundaries (as many RangeTabs as the options give on the PM tier).
+pub fn even_boundaries(o: &mut Options, key_count: u64, key_size: usize) -> Result<()> {
+    let g = tierkv_rt::Geometry::for_region(o, o.pm_size_bytes)
+        .map_err(|e| Error::Refused(format!("tierkv:rangetab: {e}")))?;
+    let n = u128::from(g.count);
+    let mut bounds: Vec<Vec<u8>> = Vec::with_capacity(g.count as usize);
+    for i in 1..n {
+        let v = (u128::from(key_count) * i / n) as u64;
+        let mut k = Vec::with_capacity(key_size);
+        crate::keys::format_key(v, key_size, &mut k);
+        if bounds.last().is_some_and(|b| *b >= k) {
+            // Fewer key numbers than RangeTabs: the key space cannot be
+            // split that finely; leave the boundaries to the fallback.
+            return Ok(());
+        }
+        bounds.push(k);
+    }
+    o.rangetab_count = g.count as usize;
+    o.rangetab_capacity_bytes = g.capacity_bytes;
+    o.rangetab_boundaries = bounds;
+    Ok(())
 }
 
 impl TierkvEngine {
@@ -271,70 +422,94 @@ impl Engine for TierkvEngine {
     }
 
     fn stats(&self) -> Result<EngineStats> {
-        let s = self.db.stats();
-        let intervals: Vec<(f64, f64)> = s
-            .stalls
-            .iter()
-            .map(|i| (secs(i.start), secs(i.duration)))
-            .collect();
-        Ok(EngineStats {
-            uptime_s: secs(s.uptime),
-            ssd_written_bytes: s.written.ssd_total(),
-            ssd_read_bytes: s.ssd_bytes_read,
-            pm_written_bytes: s.written.pm_written(),
-            pm_relinked_bytes: s.written.pm_relinked,
-            wal_bytes: s.written.wal_ssd + s.written.wal_pm,
-            stall: StallStats {
-                seconds: intervals.iter().fold(0.0, |a, i| a + i.1),
-                count: intervals.len() as u64,
-                max_seconds: intervals.iter().map(|i| i.1).fold(0.0, f64::max),
-                intervals: Some(intervals),
-            },
-            flushes: s
-                .flushes
-                .iter()
-                .map(|f| FlushEvent {
-                    start_s: secs(f.start),
-                    duration_s: secs(f.duration),
-                    bytes: f.output_bytes,
-                })
-                .collect(),
-            compactions: s
-                .compactions
-                .iter()
-                .map(|c| CompactionEvent {
-                    start_s: secs(c.start),
-                    duration_s: secs(c.duration),
-                    kind: c.kind.clone(),
-                    input_bytes: c.input_bytes.iter().map(|x| x.1).sum(),
-                    inputs: c
-                        .input_bytes
-                        .iter()
-                        .map(|&(level, bytes)| LevelBytes { level, bytes })
-                        .collect(),
-                    output_level: c.output_level,
-                    output_bytes: c.output_bytes,
-                })
-                .collect(),
-            levels: s
-                .levels
-                .iter()
-                .map(|l| LevelShape {
-                    level: l.level,
-                    tier: l.tier.name().to_string(),
-                    files: l.tables as u64,
-                    bytes: l.bytes,
-                })
-                .collect(),
-        })
+        Ok(engine_stats(&self.db.stats()))
     }
 
     fn report(&self) -> Option<String> {
+        // The design's own figures are its "** Design **" section.
         self.db.property("tierkv.stats")
     }
 
     fn close(self: Box<Self>) -> Result<()> {
         self.db.close().map_err(terr)
+    }
+}
+
+fn level_shapes(levels: &[::tierkv::stats::LevelShape]) -> Vec<LevelShape> {
+    levels
+        .iter()
+        .map(|l| LevelShape {
+            level: l.level,
+            tier: l.tier.name().to_string(),
+            files: l.tables as u64,
+            bytes: l.bytes,
+        })
+        .collect()
+}
+
+/// The bench's view of a tierkv stats snapshot.
+fn engine_stats(s: &::tierkv::stats::Stats) -> EngineStats {
+    let intervals: Vec<(f64, f64)> = s
+        .stalls
+        .iter()
+        .map(|i| (secs(i.start), secs(i.duration)))
+        .collect();
+    EngineStats {
+        uptime_s: secs(s.uptime),
+        ssd_written_bytes: s.written.ssd_total(),
+        ssd_read_bytes: s.ssd_bytes_read,
+        pm_written_bytes: s.written.pm_written(),
+        pm_relinked_bytes: s.written.pm_relinked,
+        wal_bytes: s.written.wal_ssd + s.written.wal_pm,
+        stall: StallStats {
+            seconds: intervals.iter().fold(0.0, |a, i| a + i.1),
+            count: intervals.len() as u64,
+            max_seconds: intervals.iter().map(|i| i.1).fold(0.0, f64::max),
+            intervals: Some(intervals),
+        },
+        flushes: s
+            .flushes
+            .iter()
+            .map(|f| FlushEvent {
+                start_s: secs(f.start),
+                duration_s: secs(f.duration),
+                bytes: f.output_bytes,
+            })
+            .collect(),
+        compactions: s
+            .compactions
+            .iter()
+            .map(|c| CompactionEvent {
+                start_s: secs(c.start),
+                duration_s: secs(c.duration),
+                kind: c.kind.clone(),
+                input_bytes: c.input_bytes.iter().map(|x| x.1).sum(),
+                inputs: c
+                    .input_bytes
+                    .iter()
+                    .map(|&(level, bytes)| LevelBytes { level, bytes })
+                    .collect(),
+                output_level: c.output_level,
+                output_bytes: c.output_bytes,
+            })
+            .collect(),
+        levels: level_shapes(&s.levels),
+        regions: if s.regions.len() > 1 {
+            s.regions.iter().map(|r| level_shapes(r)).collect()
+        } else {
+            Vec::new()
+        },
+        targets: s.level_targets.as_ref().map(|t| LevelTargets {
+            l0_files: t.l0_tables.map(|n| n as u64),
+            bytes: t.bytes.clone(),
+        }),
+        pending_compaction_bytes: None,
+        // The design's figures that are numbers (`Design::stats`).
+        design_counters: s
+            .design
+            .iter()
+            .filter_map(|(k, v)| Some((k.clone(), v.parse::<f64>().ok()?)))
+            .collect(),
     }
 }
 
@@ -382,5 +557,63 @@ mod tests {
         let o = options_for_spec(Preset::Triangle, "triangle/k=3", &s).unwrap();
         assert_eq!(o.pm_collector_threads, 3);
         assert!(parse_knobs("triangle/k=0").is_err());
+        let o = options_for_spec(Preset::Triangle, "triangle/vsst=1", &s).unwrap();
+        assert!(o.vsst_enabled());
+        assert!(parse_knobs("triangle/vsst=2").is_err());
+    }
+
+    #[test]
+    fn rangetab_knobs_and_even_boundaries() {
+        let mut s = EngineSetup::defaults("/tmp/x".into(), "/dev/shm/y".into());
+        s.pm_size_bytes = 640 << 20;
+        s.memtable_size_bytes = 4 << 20;
+        s.sst_size_bytes = 4 << 20;
+        s.key_count = 1 << 20;
+        let o = options_for_spec(Preset::RangeTab, "rangetab/cap=4m/rt=64", &s).unwrap();
+        assert_eq!(o.rangetab_count, 64);
+        assert_eq!(o.rangetab_capacity_bytes, 4 << 20);
+        assert_eq!(o.rangetab_boundaries.len(), 63);
+        let mut k = Vec::new();
+        crate::keys::format_key(1 << 14, 16, &mut k);
+        assert_eq!(o.rangetab_boundaries[0], k);
+        assert!(o.validate().is_ok());
+        // The default: as many RangeTabs of a memtable as the PM holds.
+        let o = options_for_spec(Preset::RangeTab, "rangetab", &s).unwrap();
+        assert!(o.rangetab_count > 60, "{}", o.rangetab_count);
+        let o = options_for_spec(Preset::RangeTab, "rangetab/prefix=4", &s).unwrap();
+        assert!(o.rangetab_boundaries.is_empty() && o.rangetab_prefix_bytes == 4);
+        let o = options_for_spec(Preset::RangeTab, "rangetab/quantiles=1/hash=0", &s).unwrap();
+        assert!(o.rangetab_boundaries.is_empty() && !o.rangetab_hash_index);
+        assert!(parse_knobs("rangetab/rt=1").is_err());
+    }
+
+    #[test]
+    fn nvcache_knobs() {
+        let mut s = EngineSetup::defaults("/tmp/x".into(), "/dev/shm/y".into());
+        s.pm_size_bytes = 64 << 20;
+        let o = options_for(Preset::NvCache, &s);
+        assert_eq!(o.pm_size_bytes, 64 << 20);
+        assert_eq!(
+            o.l1_size_bytes, s.l1_size_bytes,
+            "NV-Cache's L1 is not the PM size"
+        );
+        let o = options_for_spec(
+            Preset::NvCache,
+            "nvcache/cache=32m/pmlv=3/seg=128k/tbl=2m/relink=0/entry=1/copy=30",
+            &s,
+        )
+        .unwrap();
+        assert_eq!(o.nvcache_cache_bytes, 32 << 20);
+        assert_eq!(o.nvcache_pm_levels, 3);
+        assert_eq!(o.nvcache_segment_bytes, 128 << 10);
+        assert_eq!(o.nvcache_table_bytes, 2 << 20);
+        assert_eq!(o.nvcache_relink, NvRelink::ArrayOnly);
+        assert_eq!(o.nvcache_append, NvAppend::PerEntry);
+        assert_eq!(o.nvcache_copy_out_percent, 30);
+        let o = options_for_spec(Preset::NvCache, "nvcache/paper=1", &s).unwrap();
+        assert_eq!(o.nvcache_table_bytes, u64::MAX);
+        assert_eq!(o.nvcache_copy_out_percent, 0);
+        assert!(parse_knobs("nvcache/copy=101").is_err());
+        assert!(parse_knobs("nvcache/relink=2").is_err());
     }
 }

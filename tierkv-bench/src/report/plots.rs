@@ -12,7 +12,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::{groups, Group};
 use crate::error::{Error, Result};
-use crate::metrics::Record;
+use crate::metrics::{LatencySummary, Record};
 
 fn perr<E: std::fmt::Debug>(e: E) -> Error {
     Error::Other(format!("plot: {e:?}"))
@@ -101,6 +101,73 @@ pub fn draw_all(records: &[Record], out: &Path) -> Result<Vec<String>> {
                 compaction_bytes(&g, &colors)
             ));
         }
+    }
+    for g in groups(records) {
+        if g.records.len() > 1 && g.records.iter().any(|r| r.ops > 0) {
+            let name = format!("ops-{}", g.slug());
+            files.push(render!(out, name, (1200, 600), ops_bars(&g, &colors)));
+        }
+    }
+    // Value-size sweeps: a benchmark and mode run with several value sizes.
+    let mut sweeps: Vec<(String, String)> = Vec::new();
+    for g in groups(records) {
+        let key = (g.benchmark.clone(), g.mode.clone());
+        if g.value_size.is_some() && !sweeps.contains(&key) {
+            sweeps.push(key);
+        }
+    }
+    for (bench, mode) in sweeps {
+        let recs: Vec<&Record> = records
+            .iter()
+            .filter(|r| {
+                r.benchmark == bench
+                    && (if r.mode.is_empty() {
+                        "closed"
+                    } else {
+                        r.mode.as_str()
+                    }) == mode
+            })
+            .collect();
+        let slug = if mode == "open" {
+            format!("{bench}-open")
+        } else {
+            bench.clone()
+        };
+        let name = format!("value-sizes-{slug}");
+        files.push(render!(
+            out,
+            name,
+            (1200, 600),
+            value_sizes(&recs, &bench, &colors)
+        ));
+    }
+    for (bench, recs) in super::sweeps(records) {
+        let name = format!("latency-vs-load-{bench}");
+        files.push(render!(
+            out,
+            name,
+            (1400, 600),
+            latency_vs_load(&bench, &recs, &colors)
+        ));
+    }
+    let mut steady_benches: Vec<&str> = Vec::new();
+    for r in records.iter().filter(|r| r.steady.is_some()) {
+        if !steady_benches.contains(&r.benchmark.as_str()) {
+            steady_benches.push(&r.benchmark);
+        }
+    }
+    for bench in steady_benches {
+        let recs: Vec<&Record> = records
+            .iter()
+            .filter(|r| r.benchmark == bench && r.steady.is_some())
+            .collect();
+        let name = format!("steady-{bench}");
+        files.push(render!(
+            out,
+            name,
+            (1200, 600),
+            steady_warmup(bench, &recs, &colors)
+        ));
     }
     let writers: Vec<&Record> = records.iter().filter(|r| r.bytes.user > 0).collect();
     if !writers.is_empty() {
@@ -216,13 +283,23 @@ fn throughput<DB: DrawingBackend>(
         .map_err(perr)?;
     for (r, pts) in series {
         let c = colors.of(&r.config);
-        let label = format!(
-            "{}: {} ops/s, {:.1}% troughs, {:.1}% stalled",
-            r.config,
-            fmt_count(r.ops_per_sec),
-            r.troughs.percent,
-            r.stall.percent
-        );
+        let label = if r.stall.writes > 0 {
+            format!(
+                "{}: {} ops/s, {:.1}% troughs, longest write {}, {:.1}% in writes > 1 ms",
+                r.config,
+                fmt_count(r.ops_per_sec),
+                r.troughs.percent,
+                fmt_us(r.stall.write_seconds_max * 1e6),
+                r.stall.slow_write_time_percent
+            )
+        } else {
+            format!(
+                "{}: {} ops/s, {:.1}% troughs",
+                r.config,
+                fmt_count(r.ops_per_sec),
+                r.troughs.percent
+            )
+        };
         chart
             .draw_series(LineSeries::new(pts, c.stroke_width(2)))
             .map_err(perr)?
@@ -366,6 +443,190 @@ fn latency_cdf<DB: DrawingBackend>(
         legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     }
     Ok(())
+}
+
+/// Latency against offered load (vLSM Fig. 8): for each configuration,
+/// P50 (thin), P99 (thick) and P99.9 (dots) at each offered rate; writes
+/// left, reads right (mixed workloads), the latency target as a grey line.
+fn latency_vs_load<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    bench: &str,
+    recs: &[&Record],
+    colors: &Colors,
+) -> Result<()> {
+    let target = recs
+        .iter()
+        .find_map(|r| r.sweep.as_ref().map(|p| p.target_us))
+        .unwrap_or(1000.0);
+    let lat = |r: &Record, write: bool| {
+        let (w, rd) = super::summary::split_latency(r);
+        if write {
+            w.cloned()
+        } else {
+            rd.cloned()
+        }
+    };
+    let classes: Vec<bool> = [true, false]
+        .into_iter()
+        .filter(|&w| recs.iter().any(|r| lat(r, w).is_some()))
+        .collect();
+    let x_max = recs
+        .iter()
+        .filter_map(|r| r.rate_ops_per_sec)
+        .fold(1.0, f64::max)
+        * 1.05;
+    let vals = recs.iter().flat_map(|r| {
+        [true, false]
+            .into_iter()
+            .filter_map(move |w| lat(r, w))
+            .flat_map(|l| [l.p50, l.p99, l.p999])
+    });
+    let (lo, hi) = vals.fold((f64::MAX, target), |(a, b), v| (a.min(v), b.max(v)));
+    let lo = (lo.min(target) / 2.0).max(0.1);
+    let hi = hi * 2.0;
+    let titled = root
+        .titled(
+            &format!("{bench} — latency against offered load (open loop)"),
+            ("sans-serif", 22),
+        )
+        .map_err(perr)?;
+    let areas = titled.split_evenly((1, classes.len().max(1)));
+    for (area, &write) in areas.iter().zip(&classes) {
+        let mut chart = ChartBuilder::on(area)
+            .caption(if write { "writes" } else { "reads" }, ("sans-serif", 18))
+            .margin(15)
+            .x_label_area_size(45)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0f64..x_max, (lo..hi).log_scale())
+            .map_err(perr)?;
+        chart
+            .configure_mesh()
+            .x_desc("offered requests per second")
+            .y_desc("latency (log scale)")
+            .axis_desc_style(("sans-serif", 16))
+            .label_style(("sans-serif", 14))
+            .x_label_formatter(&|v| fmt_count(*v))
+            .y_label_formatter(&|v| fmt_us(*v))
+            .light_line_style(BLACK.mix(0.05))
+            .draw()
+            .map_err(perr)?;
+        let red = RGBColor(200, 0, 0).mix(0.6);
+        chart
+            .draw_series(LineSeries::new(
+                vec![(0.0, target), (x_max, target)],
+                red.stroke_width(2),
+            ))
+            .map_err(perr)?
+            .label(format!("target P99 {}", fmt_us(target)))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], red.stroke_width(2)));
+        let mut configs: Vec<&str> = Vec::new();
+        for r in recs {
+            if !configs.contains(&r.config.as_str()) {
+                configs.push(&r.config);
+            }
+        }
+        for c in configs {
+            let col = colors.of(c);
+            let mut pts: Vec<(f64, LatencySummary)> = recs
+                .iter()
+                .filter(|r| r.config == c)
+                .filter_map(|r| Some((r.rate_ops_per_sec?, lat(r, write)?)))
+                .collect();
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let line = |f: fn(&LatencySummary) -> f64| -> Vec<(f64, f64)> {
+                pts.iter().map(|(x, l)| (*x, f(l).max(lo))).collect()
+            };
+            chart
+                .draw_series(LineSeries::new(line(|l| l.p99), col.stroke_width(3)))
+                .map_err(perr)?
+                .label(format!("{c}: P99 (thick), P50 (thin), P99.9 (dots)"))
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(3))
+                });
+            chart
+                .draw_series(LineSeries::new(line(|l| l.p50), col.stroke_width(1)))
+                .map_err(perr)?;
+            chart
+                .draw_series(
+                    line(|l| l.p999)
+                        .into_iter()
+                        .map(|p| Circle::new(p, 4, col.filled())),
+                )
+                .map_err(perr)?;
+        }
+        legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
+    }
+    Ok(())
+}
+
+/// The compaction debt after each warm-up chunk of a steady-state run.
+fn steady_warmup<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    bench: &str,
+    recs: &[&Record],
+    colors: &Colors,
+) -> Result<()> {
+    let x_max = recs
+        .iter()
+        .filter_map(|r| r.steady.as_ref())
+        .flat_map(|s| s.samples.iter().map(|p| p.seconds))
+        .fold(1.0, f64::max);
+    let y_max = recs
+        .iter()
+        .filter_map(|r| r.steady.as_ref())
+        .flat_map(|s| s.samples.iter().map(|p| p.ratio_max))
+        .fold(s_factor(recs), f64::max)
+        * 1.3;
+    let mut chart = ChartBuilder::on(root)
+        .caption(
+            format!("{bench} — steady-state warm-up: worst level ÷ its target"),
+            ("sans-serif", 22),
+        )
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0f64..x_max, 0f64..y_max)
+        .map_err(perr)?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds of warm-up")
+        .y_desc("worst level size ÷ target")
+        .axis_desc_style(("sans-serif", 16))
+        .label_style(("sans-serif", 14))
+        .light_line_style(BLACK.mix(0.05))
+        .draw()
+        .map_err(perr)?;
+    let f = s_factor(recs);
+    chart
+        .draw_series(LineSeries::new(
+            vec![(0.0, f), (x_max, f)],
+            BLACK.mix(0.4).stroke_width(1),
+        ))
+        .map_err(perr)?
+        .label(format!("factor {f}"))
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.mix(0.4)));
+    for r in recs {
+        let Some(st) = &r.steady else { continue };
+        let col = colors.of(&r.config);
+        chart
+            .draw_series(LineSeries::new(
+                st.samples.iter().map(|p| (p.seconds, p.ratio_max)),
+                col.stroke_width(2),
+            ))
+            .map_err(perr)?
+            .label(format!(
+                "{}: {} warm-up ops, {}",
+                r.config, st.warmup_ops, st.settled
+            ))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(3)));
+    }
+    legend(&mut chart, SeriesLabelPosition::UpperRight)
+}
+
+fn s_factor(recs: &[&Record]) -> f64 {
+    recs.iter()
+        .find_map(|r| r.steady.as_ref().map(|s| s.factor))
+        .unwrap_or(2.0)
 }
 
 fn compaction_segments<DB: DrawingBackend>(
@@ -531,6 +792,117 @@ fn category_labels<DB: DrawingBackend, Y: Ranged<ValueType = f64>>(
             .map_err(perr)?;
     }
     Ok(())
+}
+
+/// Operations per second per record of a group, as bars.
+fn ops_bars<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    g: &Group<'_>,
+    colors: &Colors,
+) -> Result<()> {
+    let recs = &g.records;
+    let names: Vec<String> = recs.iter().map(|r| r.config.clone()).collect();
+    let y_max = recs.iter().map(|r| r.ops_per_sec).fold(1.0, f64::max) * 1.2;
+    let mut chart = ChartBuilder::on(root)
+        .caption(title(g, "operations per second"), ("sans-serif", 22))
+        .margin(15)
+        .x_label_area_size(50)
+        .y_label_area_size(80)
+        .build_cartesian_2d(-0.6f64..recs.len() as f64 - 0.4, 0f64..y_max)
+        .map_err(perr)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(0)
+        .x_label_formatter(&|_| String::new())
+        .y_desc("ops/s")
+        .axis_desc_style(("sans-serif", 16))
+        .label_style(("sans-serif", 14))
+        .light_line_style(BLACK.mix(0.05))
+        .draw()
+        .map_err(perr)?;
+    let value_style = TextStyle::from(("sans-serif", 14).into_font())
+        .color(&BLACK)
+        .pos(Pos::new(HPos::Center, VPos::Bottom));
+    chart
+        .draw_series(recs.iter().enumerate().map(|(i, r)| {
+            Rectangle::new(
+                [(i as f64 - 0.3, 0.0), (i as f64 + 0.3, r.ops_per_sec)],
+                colors.of(&r.config).filled(),
+            )
+        }))
+        .map_err(perr)?;
+    chart
+        .draw_series(recs.iter().enumerate().map(|(i, r)| {
+            Text::new(
+                format!("{:.0}", r.ops_per_sec),
+                (i as f64, r.ops_per_sec),
+                value_style.clone(),
+            )
+        }))
+        .map_err(perr)?;
+    category_labels(root, &chart, &names, 0.0)
+}
+
+/// MB/s against the value size (log scale), one line per configuration.
+fn value_sizes<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    recs: &[&Record],
+    bench: &str,
+    colors: &Colors,
+) -> Result<()> {
+    let mut configs: Vec<&str> = Vec::new();
+    for r in recs {
+        if !configs.contains(&r.config.as_str()) {
+            configs.push(&r.config);
+        }
+    }
+    let lx = |v: usize| (v.max(1) as f64).log2();
+    let x_min = recs
+        .iter()
+        .map(|r| lx(r.value_size))
+        .fold(f64::MAX, f64::min);
+    let x_max = recs.iter().map(|r| lx(r.value_size)).fold(0.0, f64::max);
+    let y_max = recs.iter().map(|r| r.mb_per_sec).fold(1.0, f64::max) * 1.3;
+    let scale = recs.first().map_or(String::new(), |r| r.scale.clone());
+    let mut chart = ChartBuilder::on(root)
+        .caption(
+            format!("{bench} — MB/s by value size (scale {scale})"),
+            ("sans-serif", 22),
+        )
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(70)
+        .build_cartesian_2d(x_min - 0.3..x_max + 0.3, 0f64..y_max)
+        .map_err(perr)?;
+    chart
+        .configure_mesh()
+        .x_desc("value size (bytes, log scale)")
+        .y_desc("MB/s")
+        .x_label_formatter(&|x| format!("{:.0}", x.exp2()))
+        .axis_desc_style(("sans-serif", 16))
+        .label_style(("sans-serif", 14))
+        .light_line_style(BLACK.mix(0.05))
+        .draw()
+        .map_err(perr)?;
+    for c in configs {
+        let mut pts: Vec<(f64, f64)> = recs
+            .iter()
+            .filter(|r| r.config == c)
+            .map(|r| (lx(r.value_size), r.mb_per_sec))
+            .collect();
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let col = colors.of(c);
+        chart
+            .draw_series(LineSeries::new(pts.clone(), col.stroke_width(2)))
+            .map_err(perr)?
+            .label(c.to_string())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], col.stroke_width(2)));
+        chart
+            .draw_series(pts.into_iter().map(|p| Circle::new(p, 4, col.filled())))
+            .map_err(perr)?;
+    }
+    legend(&mut chart, SeriesLabelPosition::UpperLeft)
 }
 
 fn write_amp<DB: DrawingBackend>(

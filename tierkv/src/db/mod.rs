@@ -14,7 +14,9 @@
 //! * [`obsolete`] — releasing the files and PM pages of tables no version
 //!   references;
 //! * [`properties`] — `property()` and `stats()`;
-//! * [`region`] — regions (`Options::regions`): memtables and routing.
+//! * [`region`] — regions (`Options::regions`): memtables and routing;
+//! * [`repair`] — `Db::repair`: a database rebuilt from the tables and
+//!   logs found when its MANIFEST is damaged or lost.
 //!
 //! Concurrency contract:
 //! 1. Writers queue in `writers`; the writer at the front is the *leader*:
@@ -71,12 +73,14 @@ mod properties;
 mod range;
 mod recovery;
 pub mod region;
+pub mod repair;
 mod write;
 
 pub use checkpoint::{CheckpointOptions, CheckpointStats};
 use control::{Pacer, RateMeter, WriteController};
 pub use range::Range;
 use region::{Regions, Router};
+pub use repair::RepairReport;
 use write::Writer;
 
 /// Per-write options.
@@ -252,6 +256,15 @@ impl Db {
         Self::open_inner(dir.as_ref(), options, Some(factory))
     }
 
+    /// Rebuilds the database in `dir` from the tables and logs found (and
+    /// the PM tier's WALs and RowTables), when its MANIFEST is damaged or
+    /// lost: RocksDB's `RepairDB`. Reports what was recovered and what
+    /// could not be; the files it read are kept in `lost/`. `options` are
+    /// those the database is opened with. See [`repair`].
+    pub fn repair(dir: impl AsRef<Path>, options: Options) -> Result<RepairReport> {
+        repair::repair(dir.as_ref(), options)
+    }
+
     fn open_inner(dir: &Path, options: Options, factory: Option<&DesignFactory>) -> Result<Db> {
         let inner = recovery::open(dir, options, factory)?;
         let threads = jobs::start_background(&inner);
@@ -386,15 +399,24 @@ impl Db {
     /// `tierkv.tables` (one line per table: level, id, tier, size, smallest
     /// and largest user key; prefixed by `R<region> ` with several
     /// regions), `tierkv.num-files-at-level<N>`, `tierkv.last-sequence`,
-    /// `tierkv.design`, `tierkv.regions` (one line per region: its tables
-    /// per level); `None` for unknown names. Level counts and sizes are
+    /// `tierkv.design`, `tierkv.design-stats` (the design's own figures,
+    /// `Design::stats`, one `name: value` a line; `None` if it has none),
+    /// `tierkv.regions` (one line per region: its tables per level),
+    /// `tierkv.level-targets` (one region's target per level, as the design
+    /// scores levels: `L0: 4 tables`, `L1: 268435456 bytes`, …; absent when
+    /// the design reports none); `None` for unknown names. Level counts and sizes are
     /// totals over the regions.
     pub fn property(&self, name: &str) -> Option<String> {
         self.inner.property(name)
     }
 
     /// Stops background work (finishing running jobs), makes every
-    /// acknowledged write durable and releases the database.
+    /// acknowledged write durable and releases the database. When every
+    /// log synced and nothing failed, the close is recorded as clean: the
+    /// PM WAL is sealed and CLOSED holds the lengths of the MANIFEST and
+    /// of every live SSD WAL, so that a log cut short afterwards is
+    /// corruption at the next open, not a torn tail
+    /// (`docs/format/manifest.md` §6).
     pub fn close(self) -> Result<()> {
         self.shutdown()
     }
@@ -412,14 +434,22 @@ impl Db {
         for t in self.threads.lock().drain(..) {
             let _ = t.join();
         }
-        // Wait for queued writers to drain, then make the log durable.
+        // Wait for queued writers to drain, then make the log durable and
+        // seal it.
         let _w = self.inner.writers.lock();
-        let r = self
-            .inner
-            .sync_closed_logs()
-            .and_then(|()| self.inner.log.lock().sync());
+        let r = self.inner.sync_closed_logs().and_then(|()| {
+            let mut log = self.inner.log.lock();
+            log.sync()?;
+            log.seal()
+        });
         self.inner.release_obsolete();
-        self.inner.versions.close();
+        // Record a clean close (CLOSED: the manifest's and the WALs'
+        // lengths) only if everything got out whole.
+        if r.is_ok() && self.inner.state.lock().bg_error.is_none() {
+            self.inner.versions.close_clean()?;
+        } else {
+            self.inner.versions.close();
+        }
         r
     }
 }

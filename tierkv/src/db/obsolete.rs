@@ -1,14 +1,26 @@
 //! Releasing storage no version references: the PM pages and SST files of
 //! tables removed by a durable edit whose last handle is gone
 //! (version/mod.rs invariant 3), and at open the files a crash left
-//! behind.
+//! behind — deleted, or kept in `lost/` (`crate::lost`) when a damaged
+//! manifest or WAL means they may hold what a person wants ([`Salvage`]).
 
 use std::collections::HashSet;
 
 use crate::error::Result;
 use crate::stats::Tier;
+use crate::version::closed::CLOSED_FILE_NAME;
 
 use super::Inner;
+
+/// What the cleanup at the end of an open keeps in `lost/` instead of
+/// deleting.
+pub(super) struct Salvage {
+    /// The manifest ended in a torn record: unreferenced tables and the old
+    /// manifest are kept.
+    pub manifest_torn: bool,
+    /// WAL files to keep.
+    pub damaged_wals: Vec<u64>,
+}
 
 impl Inner {
     /// Releases the storage of tables no version references any more: PM
@@ -23,12 +35,29 @@ impl Inner {
         let (pm_tables, ssd_tables): (Vec<_>, Vec<_>) =
             metas.into_iter().partition(|m| m.tier == Tier::Pm);
         if let (Some(pm), false) = (&self.pm, pm_tables.is_empty()) {
+            // Runs the design retains (`Design::retained_pm_runs`: e.g.
+            // RangeKV's buffers, allocated once and reused) stay allocated
+            // when the last table listing them goes. If the design cannot
+            // say, nothing is freed: a leak the next open's reconcile
+            // repairs, never a live run handed out again.
+            let kept: Option<HashSet<_>> =
+                match self.design.retained_pm_runs(&self.versions.current_all()) {
+                    Ok(runs) => Some(runs.into_iter().collect()),
+                    Err(e) => {
+                        log::warn!("design could not list its live PM runs: {e}");
+                        None
+                    }
+                };
             for m in &pm_tables {
                 let more = self.design.release(m).unwrap_or_else(|e| {
                     log::warn!("design could not release PM of table {}: {e}", m.id);
                     Vec::new()
                 });
-                for run in m.pm_pages.iter().chain(&more) {
+                let own = m
+                    .pm_pages
+                    .iter()
+                    .filter(|r| kept.as_ref().is_some_and(|k| !k.contains(r)));
+                for run in own.chain(&more) {
                     if let Err(e) = pm.free_pages(*run) {
                         log::warn!("could not free PM pages of table {}: {e}", m.id);
                     }
@@ -48,9 +77,12 @@ impl Inner {
         }
     }
 
-    /// At open: removes SSTs no version references, WALs below the log
-    /// number, and leftover temporary files.
-    pub(super) fn remove_obsolete_files(&self) -> Result<()> {
+    /// At open, last: removes SSTs no version references, WALs below the
+    /// log number, manifests CURRENT does not name, a stale CLOSED and
+    /// leftover temporary files — or moves them to `lost/` when `salvage`
+    /// says they may hold what a person wants: every unreferenced table and
+    /// the old manifest after a torn manifest, damaged WALs.
+    pub(super) fn remove_obsolete_files(&self, salvage: &Salvage) -> Result<()> {
         self.release_obsolete();
         let live: HashSet<u64> = self
             .versions
@@ -59,21 +91,37 @@ impl Inner {
             .flat_map(|v| v.table_ids().collect::<Vec<_>>())
             .collect();
         let log_number = self.versions.log_number();
+        let manifest = self.versions.manifest_number();
         for name in self.fs.list(&self.dir)? {
-            let remove = if let Some(n) = name
-                .strip_suffix(".sst")
-                .and_then(|n| n.parse::<u64>().ok())
-            {
-                !live.contains(&n)
-            } else if let Some(n) = name
-                .strip_suffix(".log")
-                .and_then(|n| n.parse::<u64>().ok())
-            {
-                n < log_number
-            } else {
-                name == "CURRENT.tmp"
+            let number = |suffix: &str| {
+                name.strip_suffix(suffix)
+                    .and_then(|n| n.parse::<u64>().ok())
             };
-            if remove {
+            let (remove, keep) = if let Some(n) = number(".sst") {
+                let dead = !live.contains(&n);
+                (dead, dead && salvage.manifest_torn)
+            } else if let Some(n) = number(".log") {
+                let dead = n < log_number;
+                (dead, dead && salvage.damaged_wals.contains(&n))
+            } else if let Some(n) = name
+                .strip_prefix("MANIFEST-")
+                .and_then(|n| n.parse::<u64>().ok())
+            {
+                let dead = manifest.is_some_and(|m| m != n);
+                (dead, dead && salvage.manifest_torn)
+            } else {
+                // A CLOSED names the manifest the open replaced.
+                let leftover = ["CURRENT.tmp", "CLOSED.tmp", CLOSED_FILE_NAME];
+                (leftover.contains(&name.as_str()), false)
+            };
+            if keep {
+                crate::lost::keep(
+                    self.fs.as_ref(),
+                    &self.dir,
+                    &name,
+                    "it may hold data a damaged log or manifest no longer references",
+                )?;
+            } else if remove {
                 let _ = self.fs.remove(&self.dir.join(&name));
             }
         }

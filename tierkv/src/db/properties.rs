@@ -63,6 +63,26 @@ impl Inner {
                     .to_string(),
             ),
             "tierkv.design" => Some(self.opts.design.name().to_string()),
+            "tierkv.design-stats" => {
+                let figures = self.design.stats(&vs);
+                (!figures.is_empty()).then(|| {
+                    figures
+                        .iter()
+                        .map(|(name, value)| format!("{name}: {value}\n"))
+                        .collect()
+                })
+            }
+            "tierkv.level-targets" => {
+                let t = self.design.level_targets(vs.first()?)?;
+                let mut out = String::new();
+                if let Some(n) = t.l0_tables {
+                    out.push_str(&format!("L0: {n} tables\n"));
+                }
+                for (l, b) in t.bytes.iter().enumerate().filter(|(_, b)| **b > 0) {
+                    out.push_str(&format!("L{l}: {b} bytes\n"));
+                }
+                Some(out)
+            }
             _ => {
                 let n = name.strip_prefix("tierkv.num-files-at-level")?;
                 let level: usize = n.parse().ok()?;
@@ -71,18 +91,17 @@ impl Inner {
         }
     }
 
-    /// The stats with every region's level shape now.
+    /// The stats with every region's level shape now, the design's level
+    /// targets and its counters.
     pub(super) fn stats_snapshot(&self) -> Stats {
-        let shapes: Vec<Vec<LevelShape>> = self
-            .versions
-            .current_all()
-            .iter()
-            .map(|v| v.shape())
-            .collect();
+        let versions = self.versions.current_all();
+        let shapes: Vec<Vec<LevelShape>> = versions.iter().map(|v| v.shape()).collect();
         let mut s = self.stats.snapshot_regions(shapes);
+        s.level_targets = versions.first().and_then(|v| self.design.level_targets(v));
         if let Some(pm) = &self.pm {
             s.written.pm_metadata = pm.allocator().bytes_written();
         }
+        s.design = self.design.stats(&versions);
         s
     }
 }

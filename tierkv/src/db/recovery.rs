@@ -5,18 +5,32 @@
 //! 2. Map the PM tier (if any) and build the design, which registers how
 //!    its PM tables are read (`Design::install`).
 //! 3. Read the MANIFEST (`VersionSet::recover`), or create one.
-//! 4. The design's recovery hook (`Design::recover`): its edits are
-//!    applied before anything else changes.
-//! 5. Reconcile the PM allocator with what the database references: every
-//!    table's runs, every live PM WAL's extents, and the runs the design
-//!    declares (`Design::live_pm_runs`); every other page goes back before
-//!    anything allocates.
+//! 4. Reconcile the PM allocator with what the database references: every
+//!    table's runs (a run several tables list counted once), every live PM
+//!    WAL's extents, and the runs the design declares
+//!    (`Design::live_pm_runs`, which covers what step 5 will resume);
+//!    every other page goes back before anything allocates.
+//! 5. The design's recovery hook (`Design::recover`), on that clean
+//!    allocator: its edits are applied before anything else changes, the
+//!    allocator is reconciled again (what the hook's edits retired goes
+//!    back), and the engine's last seqno covers every table they added.
 //! 6. Replay the engine's WALs the MANIFEST does not cover into tables
-//!    (a design-owned log is the design's to adopt in step 4).
+//!    (a design-owned log is the design's to adopt in step 5).
 //! 7. Start a new log; one MANIFEST record adds the replayed tables and
 //!    retires the replayed logs, so a crash during replay replays the same
 //!    logs again instead of duplicating them.
-//! 8. Remove obsolete files; reconcile again (step 7 freed PM WALs).
+//! 8. Release the tables durable edits removed; reconcile again (step 7
+//!    freed PM WALs).
+//! 9. Last, so that an open that fails deletes nothing: remove the files
+//!    the database no longer needs (`obsolete.rs`), or keep them in `lost/`
+//!    when the manifest or a WAL was damaged ([`Salvage`]).
+//!
+//! Damage: a MANIFEST or WAL record that is complete but fails its
+//! checksum is `Error::Corruption` naming the file and offset (only an
+//! incomplete final record is a torn tail, `wal::reader`); after a clean
+//! close (CLOSED, `version::closed`) every log must also have exactly the
+//! length recorded then, and the PM WAL's seal turns any damage before it
+//! into corruption.
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::path::Path;
@@ -37,17 +51,19 @@ use crate::stats::{StatsRecorder, Tier};
 use crate::storage::alloc::PageRun;
 use crate::storage::pm::PmTier;
 use crate::storage::FileSystem;
+use crate::version::closed::Closed;
 use crate::version::edit::VersionEdit;
 use crate::version::set::{wal_name, Recovered, VersionSet};
 use crate::version::TableContext;
 use crate::wal::{self, PmWals};
 
 use super::control::{Pacer, RateMeter, WriteController};
+use super::obsolete::Salvage;
 use super::region::{Regions, Router};
 use super::write::new_log;
 use super::{Inner, RegionView, State, SuperVersion};
 
-/// Opens (or creates) the database in `dir`: steps 1–8 of the module doc.
+/// Opens (or creates) the database in `dir`: steps 1–9 of the module doc.
 pub(super) fn open(
     dir: &Path,
     options: Options,
@@ -87,7 +103,7 @@ pub(super) fn open(
         options.verify_checksums,
     ));
     let pm = if options.has_pm() {
-        Some(Arc::new(open_pm_tier(&options)?))
+        Some(Arc::new(open_pm_tier(&options, exists)?))
     } else {
         None
     };
@@ -136,6 +152,12 @@ pub(super) fn open(
         .lock()
         .retain(|m| m.tier != Tier::Pm);
 
+    // Pages a crash left allocated but unrecorded go back before anything
+    // allocates (the PM tier may be nearly full), the recovery hook
+    // included.
+    if let Some(pm) = &pm {
+        reconcile(pm, &versions, pm_wals.as_ref(), design.as_ref())?;
+    }
     // The design's recovery step, before anything else changes.
     let edits = {
         let env = JobEnv {
@@ -149,25 +171,26 @@ pub(super) fn open(
         };
         design.recover(&env)?
     };
+    let hook_edits = !edits.is_empty();
     for e in edits {
         versions.log_and_apply(e, recovered.last_seqno)?;
     }
-    // Tables the hook adopted may hold seqnos past the MANIFEST's last.
-    let adopted_seq = versions
+    // Tables the hook adopted (an adopted log) may hold seqnos the
+    // MANIFEST never recorded: new writes must not reuse them.
+    let in_tables = versions
         .current_all()
         .iter()
-        .flat_map(|v| v.levels.iter().flatten().map(|t| t.meta.seq_max))
+        .flat_map(|v| v.levels.iter().flatten())
+        .map(|t| t.meta.seq_max)
         .max()
         .unwrap_or(0);
-    let recovered = Recovered {
-        last_seqno: recovered.last_seqno.max(adopted_seq),
-        ..recovered
-    };
-
-    // Pages a crash left allocated but unrecorded go back before replay
-    // allocates (the PM tier may be nearly full).
-    if let Some(pm) = &pm {
-        reconcile(pm, &versions, pm_wals.as_ref(), design.as_ref())?;
+    let mut recovered = recovered;
+    recovered.last_seqno = recovered.last_seqno.max(in_tables);
+    // What the hook's edits retired goes back before replay allocates.
+    if hook_edits {
+        if let Some(pm) = &pm {
+            reconcile(pm, &versions, pm_wals.as_ref(), design.as_ref())?;
+        }
     }
     // Replay the WALs the manifest does not cover.
     let replay = Replay::run(
@@ -256,7 +279,7 @@ pub(super) fn open(
         versions,
         _lock: lock,
     });
-    inner.remove_obsolete_files()?;
+    inner.release_obsolete();
     if let Some(pm) = &inner.pm {
         reconcile(
             pm,
@@ -265,10 +288,15 @@ pub(super) fn open(
             inner.design.as_ref(),
         )?;
     }
+    // Last: nothing is deleted by an open that fails.
+    inner.remove_obsolete_files(&Salvage {
+        manifest_torn: recovered.manifest_torn_at.is_some(),
+        damaged_wals: replay.damaged_wals,
+    })?;
     Ok(inner)
 }
 
-/// Rebuilds the PM allocator from what the database references (step 5):
+/// Rebuilds the PM allocator from what the database references (step 4):
 /// every table's runs, every live PM WAL's extents, the design's own runs.
 fn reconcile(
     pm: &PmTier,
@@ -300,15 +328,21 @@ fn reconcile(
         (None, _) => {}
     }
     live.extend(design.live_pm_runs(&current, &listed)?);
+    // A run several live tables list (a segment of nodes shared by the
+    // tables of an NV-Cache level), or a table and the design (RangeKV's
+    // buffers), is one run.
+    live.sort_unstable();
+    live.dedup();
     pm.reconcile(&live)
 }
 
 /// The PM tier the options ask for: the injected region, or the region
-/// file in `pm_dir`.
-fn open_pm_tier(opts: &Options) -> Result<PmTier> {
+/// file in `pm_dir`. The region of an existing database (`db_exists`) is
+/// never formatted while it holds data (`PmTier::open`).
+pub(crate) fn open_pm_tier(opts: &Options, db_exists: bool) -> Result<PmTier> {
     match (&opts.pm_region, &opts.pm_dir) {
-        (Some(r), _) => PmTier::open(Arc::clone(r)),
-        (None, Some(dir)) => PmTier::open_dir(dir, opts.pm_size_bytes, opts.pm_backend),
+        (Some(r), _) => PmTier::open(Arc::clone(r), db_exists),
+        (None, Some(dir)) => PmTier::open_dir(dir, opts.pm_size_bytes, opts.pm_backend, db_exists),
         (None, None) => Err(Error::InvalidOptions(
             "a PM tier needs `pm_dir` (or an injected `pm_region`)".into(),
         )),
@@ -333,6 +367,9 @@ struct Replay {
     /// One edit per region (region order) adding the replayed tables.
     edits: Vec<VersionEdit>,
     last_seq: SeqNo,
+    /// SSD WALs that ended damaged (a torn tail, or damage a point-in-time
+    /// recovery stopped at): kept in `lost/` once obsolete.
+    damaged_wals: Vec<u64>,
 }
 
 impl Replay {
@@ -374,6 +411,18 @@ impl Replay {
             }
         }
         logs.sort_unstable();
+        // After a clean close every WAL it recorded must be there, whole
+        // (`VersionSet::recover` checked them before writing anything;
+        // checked again here as they are replayed).
+        for &(n, _) in rec.closed_wals.iter().flatten() {
+            if !logs.iter().any(|&(l, pm)| l == n && pm.is_none()) {
+                return Err(Error::corruption(
+                    dir.join(wal_name(n)).display().to_string(),
+                    0,
+                    "missing, but the database was closed cleanly with it (CLOSED)",
+                ));
+            }
+        }
         // A WAL created after the last manifest record has a number the
         // manifest's next file number does not cover yet: the new WAL and
         // the replay's tables must not take it (a new WAL of the same
@@ -394,9 +443,16 @@ impl Replay {
         // Replayed memtables become tables that the caller's edits add in
         // one record together with the new log numbers, so a crash during
         // replay replays the same WALs again instead of duplicating them.
+        // Each flush sees the versions the earlier replayed flushes made,
+        // chained in memory (never installed: a removed table is not
+        // released), and its edit is folded into its region's edit
+        // (`VersionEdit::compose`): a design whose flush re-lists or
+        // deletes tables, or writes design records, replays like it runs.
+        let mut chained: Vec<Arc<crate::version::Version>> = versions.current_all();
         let flush = |region: usize,
                      mem: &Arc<MemTable>,
                      edit: &mut VersionEdit,
+                     chained: &mut Vec<Arc<crate::version::Version>>,
                      last_seq: SeqNo|
          -> Result<()> {
             let env = JobEnv {
@@ -406,17 +462,20 @@ impl Replay {
                 versions,
                 stats,
                 smallest_snapshot: last_seq,
-                version: versions.current_in(region),
+                version: Arc::clone(&chained[region]),
             };
             let start = Instant::now();
             let out = design.flush(&env, mem)?;
             let w = out.written;
             stats.record_flush(start, w.pm_copied, w.pm_relinked, w.ssd);
-            edit.new_tables.extend(out.edit.new_tables);
+            let (next, _kept) = chained[region].apply_pending(&out.edit, versions.ctx())?;
+            chained[region] = Arc::new(next);
+            edit.compose(out.edit);
             Ok(())
         };
         let count = logs.len();
-        for (i, (n, pm_first)) in logs.into_iter().enumerate() {
+        let mut damaged_wals = Vec::new();
+        for (i, &(n, pm_first)) in logs.iter().enumerate() {
             let mut apply = |record: Vec<u8>, source: &str, offset: u64| -> Result<()> {
                 let batch = WriteBatch::decode(record, source, offset)?;
                 let end = batch.seqno() + u64::from(batch.count()).saturating_sub(1);
@@ -443,7 +502,13 @@ impl Replay {
                         .enumerate()
                         .max_by_key(|(i, m)| (m.size_bytes(), std::cmp::Reverse(*i)))
                         .unwrap_or((0, &mems[0]));
-                    flush(region, &mems[region], &mut edits[region], last_seq)?;
+                    flush(
+                        region,
+                        &mems[region],
+                        &mut edits[region],
+                        &mut chained,
+                        last_seq,
+                    )?;
                     mems[region] = Arc::new(MemTable::new(0));
                 }
                 Ok(())
@@ -459,14 +524,37 @@ impl Replay {
                 }
                 None => {
                     let path = dir.join(wal_name(n));
-                    let log = wal::FileLog::new(path.display().to_string(), fs.read_all(&path)?);
+                    let bytes = fs.read_all(&path)?;
+                    let len = bytes.len() as u64;
+                    let log = wal::FileLog::new(path.display().to_string(), bytes);
                     let point_in_time = opts.wal_recovery == WalRecovery::PointInTime;
-                    replay_log(
+                    let r = replay_log(
                         wal::Reader::new(log, n).point_in_time(point_in_time),
                         &mut apply,
-                    )?
+                    )?;
+                    if let Some(&(_, sealed)) =
+                        rec.closed_wals.iter().flatten().find(|(w, _)| *w == n)
+                    {
+                        Closed::check_log(sealed, &path.display().to_string(), len, r.0)?;
+                    }
+                    r
                 }
             };
+            if let (Some(off), Some(_), Some(wals)) = (torn, pm_first, pm_wals) {
+                // Every record of a PM WAL is persisted before the next is
+                // written, and a newer log is written only after the last
+                // one: only the newest PM WAL can have a record in flight.
+                if let Some(later) = first_log_with_records(fs, dir, pm_wals, &logs[i + 1..])? {
+                    return Err(Error::corruption(
+                        wals.region().name(),
+                        off,
+                        format!("PM WAL {n} ends in a damaged record but WAL {later} holds later records (only the newest log can be torn by a crash)"),
+                    ));
+                }
+            }
+            if let (Some(_), None) = (torn, pm_first) {
+                damaged_wals.push(n);
+            }
             if let Some(off) = torn {
                 if dropped {
                     log::warn!(
@@ -490,11 +578,42 @@ impl Replay {
         }
         for (region, mem) in mems.iter().enumerate() {
             if !mem.is_empty() {
-                flush(region, mem, &mut edits[region], last_seq)?;
+                flush(region, mem, &mut edits[region], &mut chained, last_seq)?;
             }
         }
-        Ok(Replay { edits, last_seq })
+        Ok(Replay {
+            edits,
+            last_seq,
+            damaged_wals,
+        })
     }
+}
+
+/// The number of the first of `logs` (SSD files and PM WALs, as replay
+/// lists them) that holds a record.
+fn first_log_with_records(
+    fs: &Arc<dyn FileSystem>,
+    dir: &Path,
+    pm_wals: Option<&PmWals>,
+    logs: &[(u64, Option<u64>)],
+) -> Result<Option<u64>> {
+    for &(n, pm_first) in logs {
+        let has = match (pm_first, pm_wals) {
+            (Some(first), Some(wals)) => {
+                wals.open_log(first, n)?.point_in_time(true).next_record()?
+            }
+            (Some(_), None) => None,
+            (None, _) => {
+                let path = dir.join(wal_name(n));
+                let log = wal::FileLog::new(path.display().to_string(), fs.read_all(&path)?);
+                wal::Reader::new(log, n).point_in_time(true).next_record()?
+            }
+        };
+        if has.is_some() {
+            return Ok(Some(n));
+        }
+    }
+    Ok(None)
 }
 
 /// Receives each replayed WAL record with its source name and offset.

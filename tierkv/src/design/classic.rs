@@ -25,7 +25,9 @@ use crate::stats::StallCause;
 use crate::version::{TableHandle, Version};
 
 use super::leveled::{self, flush_to_l0_sst, run_merge, user_range};
-use super::{Design, Headroom, JobEnv, JobOutput, PickContext, Task, TaskKind, WriteControl};
+use super::{
+    Design, Headroom, JobEnv, JobOutput, LevelTargets, PickContext, Task, TaskKind, WriteControl,
+};
 
 /// The shape parameters the picker and write controller read.
 #[derive(Debug, Clone)]
@@ -191,6 +193,15 @@ impl Design for Classic {
 
     fn debt(&self, v: &Version) -> u64 {
         v.levels[0].len() as u64 + (self.pending_compaction_bytes(v) >> 20)
+    }
+
+    fn level_targets(&self, v: &Version) -> Option<LevelTargets> {
+        Some(leveled::level_targets(
+            v,
+            Some(self.l0_compaction_trigger),
+            self.l0_compaction_trigger as u64 * self.memtable_size_bytes,
+            |l| self.level_target_bytes(l),
+        ))
     }
 
     fn near_stop(&self, v: &Version) -> bool {

@@ -11,7 +11,9 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use crate::compaction::{merge_to_ssts, JobEnv, OutputSpec, MAX_GRANDPARENT_OVERLAP_FACTOR};
+use crate::compaction::{
+    merge_to_ssts, merge_to_ssts_with, Cutter, JobEnv, OutputSpec, MAX_GRANDPARENT_OVERLAP_FACTOR,
+};
 use crate::error::Result;
 use crate::iter::{InternalIterator, MergingIterator};
 use crate::key;
@@ -19,7 +21,7 @@ use crate::memtable::MemTable;
 use crate::version::edit::VersionEdit;
 use crate::version::{table_iter, LevelIterator, TableHandle, Version};
 
-use super::{JobOutput, Task, TaskKind};
+use super::{JobOutput, LevelTargets, Task, TaskKind};
 
 /// Bytes of `level` not being compacted.
 pub fn idle_bytes(v: &Version, busy: &HashSet<u64>, level: usize) -> u64 {
@@ -79,6 +81,20 @@ pub fn geometric_target(l1_bytes: u64, multiplier: u64, level: usize) -> u64 {
         t = t.saturating_mul(multiplier);
     }
     t
+}
+
+/// The [`LevelTargets`] of a design over `v`'s levels: L0 by
+/// `l0_tables` (if it counts tables) and `l0_bytes`, each level ≥ 1 by
+/// `target(level)`.
+pub fn level_targets(
+    v: &Version,
+    l0_tables: Option<usize>,
+    l0_bytes: u64,
+    target: impl Fn(usize) -> u64,
+) -> LevelTargets {
+    let mut bytes = vec![l0_bytes];
+    bytes.extend((1..v.level_count()).map(target));
+    LevelTargets { l0_tables, bytes }
 }
 
 /// Ln → Ln+1 (n ≥ 1): the idle table with the smallest ratio of overlapped
@@ -178,6 +194,17 @@ pub fn pick_manual_range(
 /// Runs a merge-and-copy task (or a trivial move) into SSTs of
 /// `target_size_bytes` at the task's output level.
 pub fn run_merge(env: &JobEnv, task: &Task, target_size_bytes: u64) -> Result<JobOutput> {
+    run_merge_with(env, task, target_size_bytes, None)
+}
+
+/// [`run_merge`] with an explicit cutting policy for the output (`None`:
+/// the options' default, [`crate::compaction::cutter_for`]).
+pub fn run_merge_with(
+    env: &JobEnv,
+    task: &Task,
+    target_size_bytes: u64,
+    cutter: Option<&mut dyn Cutter>,
+) -> Result<JobOutput> {
     let mut edit = VersionEdit::default();
     for (level, tables) in &task.inputs {
         for t in tables {
@@ -217,7 +244,10 @@ pub fn run_merge(env: &JobEnv, task: &Task, target_size_bytes: u64) -> Result<Jo
         grandparents: &task.grandparents,
         may_drop_tombstones: true,
     };
-    let outputs = merge_to_ssts(env, &mut merged, &spec)?;
+    let outputs = match cutter {
+        Some(c) => merge_to_ssts_with(env, &mut merged, &spec, c)?,
+        None => merge_to_ssts(env, &mut merged, &spec)?,
+    };
     let written = super::Written::ssd_tables(&outputs);
     for m in outputs {
         edit.new_tables.push((task.output_level as u32, m));

@@ -3,7 +3,7 @@
 //! (`db/`) knows only this trait; each preset lives in its own module or
 //! folder, and shares what it can with the others ([`leveled`] for the
 //! RocksDB-style SSD levels, [`container`] for the PM containers of
-//! `triangle` and `matrix`).
+//! `triangle` and `matrix`; [`rangetab`] is RangeKV's folder).
 //!
 //! # The hooks and their contracts
 //!
@@ -34,18 +34,39 @@
 //!   writers to the drain rate before the stop instead of after.
 //! * **[`Design::install`]** registers, before recovery reads any table,
 //!   how the design's PM tables are opened and read (`TableContext`).
-//! * **[`Design::recover`]**, the recovery hook: called once at open after
-//!   the MANIFEST is read and before the engine reconciles the PM
-//!   allocator and replays logs. The design may inspect its PM structures
-//!   and return edits (a resumed compaction, an adopted log); the engine
-//!   applies them, in order, before anything else changes. It must be
-//!   idempotent: a crash before its edits are durable repeats it.
+//! * **[`Design::recover`]**, the recovery hook: called once at open, in
+//!   this order: the MANIFEST is read; the PM allocator is reconciled with
+//!   it (every page no table, engine PM WAL or [`Design::live_pm_runs`]
+//!   names is freed, so the hook may allocate: pages a crash leaked are
+//!   free again); the hook runs; the engine applies its edits, in order,
+//!   before anything else changes, reconciles the allocator again (what
+//!   the edits retired goes back) and raises its last seqno to cover every
+//!   table the edits added (an adopted log holds seqnos no MANIFEST record
+//!   saw); then logs are replayed. The design may inspect its PM
+//!   structures and return edits (a resumed compaction, an adopted log).
+//!   Because the first reconcile comes before the hook, every page the
+//!   hook reads or reuses — the slot run and started outputs of a job it
+//!   resumes — must be declared by `live_pm_runs`: a page it does not
+//!   declare is free, and the hook's own allocations may be handed it. It
+//!   must be idempotent: a crash before its edits are durable repeats it.
 //! * **[`Design::live_pm_runs`]**: PM the design owns beyond the page runs
 //!   its tables list in `meta.pm_pages` (an arena being filled, buffers
-//!   kept between merges, the slot page of an in-flight job, the logs the
+//!   kept between merges, every run of an in-flight job the recovery hook
+//!   will resume — its slot page, the outputs it started — the logs the
 //!   MANIFEST lists for a design-owned log). The engine counts them live
 //!   when it rebuilds the allocator at open (`PmTier::reconcile`); every
 //!   page neither a table, an engine PM WAL nor this list names is freed.
+//!   A run listed by several tables (or by a table and this list) counts
+//!   once; runs that overlap without being equal are an error.
+//!   It is an open-time hook: it may rebuild the design's own indexes
+//!   (TLSM's buffer reference counts) and is never called while jobs run.
+//! * **[`Design::retained_pm_runs`]**: runs the design keeps allocated
+//!   itself although tables list them (RangeKV's buffers, re-listed under
+//!   a new table id at every append): the engine never frees a retained
+//!   run when the last table listing it is released, so the design reuses
+//!   it; it learns when no live handle lists it any more from
+//!   `TableContext::pm_run_refs`. Called at every release of PM tables:
+//!   cheap, no PM reads, no side effects. The default: none.
 //! * **[`Design::release`]**: told when a PM table no version references
 //!   any more is released (after the edit removing it is durable and its
 //!   last handle is gone). The engine frees the runs the handle was the
@@ -53,6 +74,21 @@
 //!   `TableContext::pm_run_refs`); the design returns further runs it can
 //!   free now — shared runs it counts by reference itself, e.g. a buffer
 //!   referenced by thousands of skip lists, too many to list per table.
+//! * **[`Design::stats`]**: named figures the design measures beside the
+//!   engine's (e.g. PM space amplification of shared buffers), given every
+//!   region's current version; shown in `Stats::design` and under
+//!   "** Design **" in `tierkv.stats`, and alone, one `name: value` a
+//!   line, by `Db::property("tierkv.design-stats")`. It must be cheap (it runs at every
+//!   `Db::stats`) and must not block on background work. The default: none.
+//! * **WAL replay** calls [`Design::flush`] once per replayed memtable,
+//!   each against the version the earlier replayed flushes made (chained
+//!   in memory, never installed), and records the composed edits
+//!   (`VersionEdit::compose`) in one manifest record: a flush may re-list
+//!   or delete tables and write design records in replay as at run time.
+//!   No background job runs during replay.
+//! * **[`Design::level_targets`]**, for measurement only: the target of
+//!   each level as the picker scores it (so compaction debt is measured,
+//!   not assumed). It changes nothing the engine does.
 //! * **[`Design::log`]**, a design-owned log: `None` (the default) gives
 //!   the engine's WAL (on PM when the PM tier holds it, else on SSD). A
 //!   design whose flush target *is* the log (NV-Cache's NVTable) returns a
@@ -69,6 +105,7 @@
 //!   (`MemTable::log_number`; e.g. its pages become the new table's
 //!   `pm_pages`), its `recover` adopts the logs a crash left listed, and
 //!   its `live_pm_runs` declares the pages of the listed logs.
+//!
 //! # Rules every design keeps
 //!
 //! 1. A table's metadata never changes under its id: a PM table that grows
@@ -88,6 +125,9 @@ pub mod container;
 pub mod inspect;
 pub mod leveled;
 pub mod matrix;
+pub mod nvcache;
+pub mod rangetab;
+pub mod tlsm;
 pub mod triangle;
 pub mod vlsm;
 
@@ -98,6 +138,7 @@ use std::sync::Arc;
 use crate::error::Result;
 use crate::memtable::MemTable;
 use crate::options::{Options, Preset};
+pub use crate::stats::LevelTargets;
 use crate::stats::StallCause;
 use crate::storage::alloc::PageRun;
 use crate::storage::pm::PmTier;
@@ -420,8 +461,11 @@ pub trait Design: Send + Sync {
     }
 
     /// The recovery hook (module doc): edits to apply after the MANIFEST
-    /// is read, before PM reconcile and log replay. `env.version` is the
-    /// recovered version of region 0. The default: none.
+    /// is read and the PM allocator reconciled (with
+    /// [`Design::live_pm_runs`]: what the hook resumes must be declared
+    /// there), before log replay; the engine reconciles again after
+    /// applying them. `env.version` is the recovered version of region 0.
+    /// The default: none.
     fn recover(&self, env: &JobEnv) -> Result<Vec<VersionEdit>> {
         let _ = env;
         Ok(Vec::new())
@@ -436,11 +480,25 @@ pub trait Design: Send + Sync {
         Ok(Vec::new())
     }
 
+    /// Runs the design keeps although tables list them (module doc), given
+    /// every region's current version. The default: none.
+    fn retained_pm_runs(&self, versions: &[Arc<Version>]) -> Result<Vec<PageRun>> {
+        let _ = versions;
+        Ok(Vec::new())
+    }
+
     /// A PM table was released (module doc); returns further runs to free.
     /// The default: none.
     fn release(&self, meta: &TableMeta) -> Result<Vec<PageRun>> {
         let _ = meta;
         Ok(Vec::new())
+    }
+
+    /// Named figures the design reports beside the engine's stats (module
+    /// doc). The default: none.
+    fn stats(&self, versions: &[Arc<Version>]) -> Vec<(String, String)> {
+        let _ = versions;
+        Vec::new()
     }
 
     /// The design's own log, if its flush target is the log (module doc).
@@ -452,6 +510,15 @@ pub trait Design: Send + Sync {
     /// A number that grows while the LSM falls behind (RocksDB adjusts the
     /// delayed write rate on it): L0 files plus pending compaction bytes in MB.
     fn debt(&self, v: &Version) -> u64;
+
+    /// The level shape the design's picker works to, for one region at
+    /// version `v` (its level count): what the compaction debt is measured
+    /// against (`Stats::level_targets`, `tierkv.level-targets`). `None`
+    /// (the default): the design does not say.
+    fn level_targets(&self, v: &Version) -> Option<LevelTargets> {
+        let _ = v;
+        None
+    }
 
     /// Input bytes per level of a task, for stats. The default sums the
     /// input tables; a design whose tasks take only part of a table (a key
@@ -483,8 +550,8 @@ pub fn build(opts: &Options, pm: Option<Arc<PmTier>>) -> Result<Arc<dyn Design>>
         Preset::Triangle => Ok(Arc::new(triangle::triangle(opts, need_pm(pm)?)?)),
         Preset::Matrix => Ok(Arc::new(matrix::matrix(opts, need_pm(pm)?)?)),
         Preset::Vlsm => Ok(Arc::new(vlsm::Vlsm::new(opts))),
-        other => Err(crate::Error::InvalidOptions(format!(
-            "design `{other}` is not available in this build of tierkv (available: classic, matrix, triangle, vlsm)"
-        ))),
+        Preset::Tlsm => Ok(Arc::new(tlsm::Tlsm::new(opts, need_pm(pm)?)?)),
+        Preset::RangeTab => Ok(Arc::new(rangetab::rangetab(opts, need_pm(pm)?)?)),
+        Preset::NvCache => Ok(Arc::new(nvcache::nvcache(opts, need_pm(pm)?)?)),
     }
 }

@@ -58,6 +58,15 @@
 //! memtables (the default) halve that (≈ 4.2×, Φ = 8: ≈ 3.4×), the rest
 //! being L1 → L2 at overlap ≈ Φ/2–Φ: with uniform keys few vSSTs are good.
 //!
+//! At steady state (after the fill, the debt within 2× of every target;
+//! README "vLSM at its paper's shape"), with uniform keys, a 1/16 model of
+//! `medium`: L1 → L2 merges meet ≈ Φ/2 bytes of L2 per L1 byte (14.5 at
+//! Φ = 32, where a random L1 range meets ≈ Φ), and write 15 bytes per user
+//! byte against `classic`'s 4.5; few vSSTs are good (2–3% of what L0 → L1
+//! cuts), and without vSSTs the overlap is the same — the picker's choice
+//! of the L1 range that waited longest does the work. The counters of
+//! [`VlsmCounters`] show this for any run.
+//!
 //! The picker is pure and per-LSM (a function of one [`Version`]), so a
 //! `Db` split into regions can run one instance per region.
 //!
@@ -72,13 +81,21 @@
 //!    inputs; groups merged separately are key-disjoint and separated by L2
 //!    tables left in place.
 //!
-//! Concurrency: the design holds only configuration; `pick` runs under the
-//! engine's state lock with the set of busy tables, `run` in a job thread.
+//! Measurement ([`Design::counters`], [`VlsmCounters`]): how many of L1's
+//! bytes are good vSSTs now; per L1 → L2 merge, the overlap it achieved
+//! against what a random choice of the same L1 bytes meets; per L0 → L1
+//! merge, how the cutter classed its output. `tierkv.stats` prints them
+//! under `** Design **`; the bench reports them per benchmark.
+//!
+//! Concurrency: the design holds configuration and counters (atomics its
+//! jobs add to); `pick` runs under the engine's state lock with the set of
+//! busy tables, `run` in a job thread.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::compaction::vsst::VsstParams;
+use crate::compaction::vsst::{VsstCutter, VsstParams};
 use crate::compaction::{
     merge_to_ssts, merge_to_ssts_with, Cutter, JobEnv, OutputSpec, MAX_GRANDPARENT_OVERLAP_FACTOR,
 };
@@ -91,7 +108,7 @@ use crate::version::edit::VersionEdit;
 use crate::version::{LevelIterator, TableHandle, Version};
 
 use super::leveled::{self, overlaps_any, run_merge, sorted_by_key, user_range};
-use super::{Design, Headroom, JobOutput, PickContext, Task, TaskKind, WriteControl};
+use super::{Design, Headroom, JobOutput, LevelTargets, PickContext, Task, TaskKind, WriteControl};
 
 /// The vLSM design: its shape parameters.
 #[derive(Debug, Clone)]
@@ -105,6 +122,43 @@ pub struct Vlsm {
     vsst: bool,
     pending_soft_bytes: u64,
     pending_hard_bytes: u64,
+    counters: Arc<VlsmCounters>,
+}
+
+/// What vLSM's jobs did, cumulative since open ([`Design::counters`],
+/// names `vlsm.*`): where its compaction cost goes.
+///
+/// * L1 → L2 merges: the L1 bytes they took, the L2 bytes they merged
+///   with them (achieved overlap = L2 ÷ L1), and what a random choice of
+///   the same L1 bytes would have met — each merge's L1 bytes × the
+///   version's L2 bytes ÷ L1 bytes when it was picked (with uniform keys,
+///   the expected overlap of any L1 range); how many merges found no good
+///   vSST and took the window fallback ([`Vlsm::pick_l1_window`]); how many
+///   of their L1 bytes were good vSSTs.
+/// * L0 → L1 merges: the L1 output the vSST cutter closed as good
+///   (overlap ≤ f) and as poor, in tables and bytes.
+#[derive(Debug, Default)]
+pub struct VlsmCounters {
+    l1_l2_merges: AtomicU64,
+    l1_l2_window_merges: AtomicU64,
+    l1_l2_moves: AtomicU64,
+    l1_l2_l1_bytes: AtomicU64,
+    l1_l2_l1_good_bytes: AtomicU64,
+    l1_l2_l2_bytes: AtomicU64,
+    l1_l2_random_l2_bytes: AtomicU64,
+    l0_l1_good_tables: AtomicU64,
+    l0_l1_good_bytes: AtomicU64,
+    l0_l1_poor_tables: AtomicU64,
+    l0_l1_poor_bytes: AtomicU64,
+}
+
+/// How the L1 → L2 picker chose (the task's plan).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum L1Pick {
+    /// Good vSSTs by lowest overlap ratio.
+    Good,
+    /// No good vSST: the window of adjacent tables with the lowest ratio.
+    Window,
 }
 
 /// Cuts a flush into range-partitioned L0 SSTs: a table closes at
@@ -196,7 +250,93 @@ impl Vlsm {
             vsst: opts.vsst_enabled(),
             pending_soft_bytes: opts.pending_compaction_bytes_soft,
             pending_hard_bytes: opts.pending_compaction_bytes_hard,
+            counters: Arc::new(VlsmCounters::default()),
         }
+    }
+
+    /// Bytes and tables of `v`'s L1 that are good vSSTs (overlap with L2 ≤
+    /// f × size): `(good bytes, good tables)`.
+    pub fn l1_good(&self, v: &Version) -> (u64, u64) {
+        if v.level_count() < 3 {
+            return (0, 0);
+        }
+        let p = self.vsst_params();
+        let mut out = (0, 0);
+        for t in &v.levels[1] {
+            let overlap: u64 = v
+                .overlapping(2, Some(t.smallest_user_key()), Some(t.largest_user_key()))
+                .iter()
+                .map(|o| o.meta.size_bytes)
+                .sum();
+            if p.is_good(t.meta.size_bytes, overlap) {
+                out.0 += t.meta.size_bytes;
+                out.1 += 1;
+            }
+        }
+        out
+    }
+
+    /// Counts an L1 → L2 task run against the version it was picked from.
+    fn count_l1_task(&self, v: &Version, task: &Task) {
+        let c = &self.counters;
+        let add = |a: &AtomicU64, n: u64| {
+            a.fetch_add(n, Ordering::Relaxed);
+        };
+        if task.kind == TaskKind::TRIVIAL_MOVE {
+            add(&c.l1_l2_moves, 1);
+            return;
+        }
+        let p = self.vsst_params();
+        let level = |l: usize| -> &[Arc<TableHandle>] {
+            task.inputs
+                .iter()
+                .find(|(x, _)| *x == l)
+                .map_or(&[], |(_, t)| t.as_slice())
+        };
+        let l1: u64 = level(1).iter().map(|t| t.meta.size_bytes).sum();
+        let l2: u64 = level(2).iter().map(|t| t.meta.size_bytes).sum();
+        let good: u64 = level(1)
+            .iter()
+            .filter(|t| {
+                let overlap: u64 = v
+                    .overlapping(2, Some(t.smallest_user_key()), Some(t.largest_user_key()))
+                    .iter()
+                    .map(|o| o.meta.size_bytes)
+                    .sum();
+                p.is_good(t.meta.size_bytes, overlap)
+            })
+            .map(|t| t.meta.size_bytes)
+            .sum();
+        let random = l1 as f64 * v.level_bytes(2) as f64 / v.level_bytes(1).max(1) as f64;
+        add(&c.l1_l2_merges, 1);
+        if task.plan::<L1Pick>() == Some(&L1Pick::Window) {
+            add(&c.l1_l2_window_merges, 1);
+        }
+        add(&c.l1_l2_l1_bytes, l1);
+        add(&c.l1_l2_l1_good_bytes, good);
+        add(&c.l1_l2_l2_bytes, l2);
+        add(&c.l1_l2_random_l2_bytes, random as u64);
+    }
+
+    /// L0 → L1, its output cut into vSSTs (when on) and counted by class.
+    fn run_l0(&self, env: &JobEnv, task: &Task) -> Result<JobOutput> {
+        if !self.vsst || task.kind == TaskKind::TRIVIAL_MOVE {
+            return run_merge(env, task, self.sst_size_bytes);
+        }
+        let next: &[Arc<TableHandle>] = env.version.levels.get(2).map_or(&[], |l| l.as_slice());
+        let mut cutter = VsstCutter::new(next, self.vsst_params());
+        let out = leveled::run_merge_with(env, task, self.sst_size_bytes, Some(&mut cutter))?;
+        let c = &self.counters;
+        for r in cutter.records() {
+            let (tables, bytes) = if r.good {
+                (&c.l0_l1_good_tables, &c.l0_l1_good_bytes)
+            } else {
+                (&c.l0_l1_poor_tables, &c.l0_l1_poor_bytes)
+            };
+            tables.fetch_add(1, Ordering::Relaxed);
+            bytes.fetch_add(r.size_bytes, Ordering::Relaxed);
+        }
+        Ok(out)
     }
 
     /// The vSST parameters (Sm, SM, f).
@@ -384,6 +524,7 @@ impl Vlsm {
             ));
         }
         let l1 = sorted_by_key(chosen.iter().map(|c| Arc::clone(&c.table)).collect());
+        // (Tables with no L2 overlap went above; what is left is merged.)
         let mut l2: Vec<Arc<TableHandle>> = Vec::new();
         for c in &chosen {
             for o in &c.overlapped {
@@ -400,6 +541,7 @@ impl Vlsm {
         grandparents.dedup_by_key(|t| t.meta.id);
         Some(Task {
             grandparents,
+            plan: Some(Arc::new(L1Pick::Good)),
             ..Task::new(TaskKind::LEVELED, vec![(1, l1), (2, l2)], 2)
         })
     }
@@ -446,6 +588,7 @@ impl Vlsm {
         let (lo, hi) = user_range(inputs_l1.iter().chain(inputs_l2.iter()));
         Some(Task {
             grandparents: v.overlapping(3, Some(&lo), Some(&hi)),
+            plan: Some(Arc::new(L1Pick::Window)),
             ..Task::new(TaskKind::LEVELED, vec![(1, inputs_l1), (2, inputs_l2)], 2)
         })
     }
@@ -617,9 +760,14 @@ impl Design for Vlsm {
     }
 
     fn run(&self, env: &JobEnv, task: &Task) -> Result<JobOutput> {
-        let from_l1 = task.inputs.first().is_some_and(|(l, _)| *l == 1);
-        if task.kind == TaskKind::LEVELED && from_l1 {
+        let from = task.inputs.first().map(|(l, _)| *l);
+        if from == Some(1) {
+            self.count_l1_task(&env.version, task);
+        }
+        if task.kind == TaskKind::LEVELED && from == Some(1) {
             self.run_l1(env, task)
+        } else if task.output_level == 1 {
+            self.run_l0(env, task)
         } else {
             run_merge(env, task, self.sst_size_bytes)
         }
@@ -652,5 +800,53 @@ impl Design for Vlsm {
 
     fn debt(&self, v: &Version) -> u64 {
         v.levels[0].len() as u64 + (self.pending_compaction_bytes(v) >> 20)
+    }
+
+    fn level_targets(&self, v: &Version) -> Option<LevelTargets> {
+        Some(leveled::level_targets(
+            v,
+            Some(self.l0_max_ssts),
+            self.l0_max_ssts as u64 * self.sst_size_bytes,
+            |l| self.level_target_bytes(l),
+        ))
+    }
+
+    /// Counters of vLSM's own work (cumulative) and the shape of L1 and L2
+    /// now (summed over regions); every value a number.
+    fn stats(&self, versions: &[Arc<Version>]) -> Vec<(String, String)> {
+        let c = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
+        let (mut l1, mut l1_tables, mut l2, mut good, mut good_tables) = (0u64, 0u64, 0u64, 0, 0);
+        for v in versions {
+            l1 += v.levels.get(1).map_or(0, |_| v.level_bytes(1));
+            l1_tables += v.levels.get(1).map_or(0, |l| l.len() as u64);
+            l2 += v.levels.get(2).map_or(0, |_| v.level_bytes(2));
+            let (b, n) = self.l1_good(v);
+            good += b;
+            good_tables += n;
+        }
+        vec![
+            ("vlsm.l1_l2.merges", get(&c.l1_l2_merges)),
+            ("vlsm.l1_l2.window_merges", get(&c.l1_l2_window_merges)),
+            ("vlsm.l1_l2.moves", get(&c.l1_l2_moves)),
+            ("vlsm.l1_l2.l1_bytes", get(&c.l1_l2_l1_bytes)),
+            ("vlsm.l1_l2.l1_good_bytes", get(&c.l1_l2_l1_good_bytes)),
+            ("vlsm.l1_l2.l2_bytes", get(&c.l1_l2_l2_bytes)),
+            ("vlsm.l1_l2.random_l2_bytes", get(&c.l1_l2_random_l2_bytes)),
+            ("vlsm.l0_l1.good_tables", get(&c.l0_l1_good_tables)),
+            ("vlsm.l0_l1.good_bytes", get(&c.l0_l1_good_bytes)),
+            ("vlsm.l0_l1.poor_tables", get(&c.l0_l1_poor_tables)),
+            ("vlsm.l0_l1.poor_bytes", get(&c.l0_l1_poor_bytes)),
+            ("vlsm.l1.bytes", l1 as f64),
+            ("vlsm.l1.tables", l1_tables as f64),
+            ("vlsm.l1.good_bytes", good as f64),
+            ("vlsm.l1.good_tables", good_tables as f64),
+            ("vlsm.l2.bytes", l2 as f64),
+            ("vlsm.f", self.growth_factor as f64),
+            ("vlsm.phi", self.phi as f64),
+        ]
+        .into_iter()
+        .map(|(name, value)| (name.to_string(), value.to_string()))
+        .collect()
     }
 }

@@ -22,6 +22,21 @@ use crate::error::{Error, Result};
 /// File name of the PM region inside `pm_dir`.
 pub const REGION_FILE_NAME: &str = "pm.region";
 
+/// The offset of the first non-zero byte of `region`, if any.
+fn first_non_zero(region: &dyn PmRegion) -> Result<Option<u64>> {
+    const CHUNK: u64 = 1 << 20;
+    let mut at = 0;
+    while at < region.len() {
+        let n = CHUNK.min(region.len() - at);
+        let bytes = region.slice(at, n as usize)?;
+        if let Some(i) = bytes.iter().position(|&b| b != 0) {
+            return Ok(Some(at + i as u64));
+        }
+        at += n;
+    }
+    Ok(None)
+}
+
 /// The PM tier: one region and its page allocator.
 pub struct PmTier {
     region: Arc<dyn PmRegion>,
@@ -30,21 +45,44 @@ pub struct PmTier {
 
 impl PmTier {
     /// Maps the region file `pm.region` in `dir` (created at `size_bytes`
-    /// if missing) with `backend`, and opens its allocator, formatting a
-    /// region that was never formatted.
-    pub fn open_dir(dir: &Path, size_bytes: u64, backend: PmBackend) -> Result<PmTier> {
+    /// if missing) with `backend`, and opens its allocator as
+    /// [`PmTier::open`] does.
+    pub fn open_dir(
+        dir: &Path,
+        size_bytes: u64,
+        backend: PmBackend,
+        db_exists: bool,
+    ) -> Result<PmTier> {
         std::fs::create_dir_all(dir)
             .map_err(|e| Error::io(format!("create PM directory {}", dir.display()), e))?;
         let region = open_pm_region(&dir.join(REGION_FILE_NAME), size_bytes, backend, true)?;
-        Self::open(region)
+        Self::open(region, db_exists)
     }
 
     /// Opens the allocator of `region`, formatting it if it was never
-    /// formatted.
-    pub fn open(region: Arc<dyn PmRegion>) -> Result<PmTier> {
+    /// formatted. For an existing database (`db_exists`) a region whose
+    /// superblock is blank but which holds any data is never formatted:
+    /// that is a damaged superblock, and formatting would lose what the
+    /// region holds (`Corruption` at offset 0; `Db::repair` rebuilds such a
+    /// database).
+    pub fn open(region: Arc<dyn PmRegion>, db_exists: bool) -> Result<PmTier> {
         let alloc = match PageAllocator::open(Arc::clone(&region)) {
             Ok(a) => a,
             Err(Error::NotADatabase(why)) => {
+                if db_exists {
+                    if let Some(at) = first_non_zero(region.as_ref())? {
+                        return Err(Error::corruption(
+                            region.name(),
+                            0,
+                            format!(
+                                "{why}, yet the region of an existing database holds data \
+                                 (a non-zero byte at offset {at}): the allocator superblock is \
+                                 damaged; refusing to format it (Db::repair rebuilds the \
+                                 database from what the region and the directory hold)"
+                            ),
+                        ));
+                    }
+                }
                 log::info!("{}: formatting PM region ({why})", region.name());
                 PageAllocator::format(Arc::clone(&region))?
             }

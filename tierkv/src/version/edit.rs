@@ -422,6 +422,46 @@ impl TableMeta {
 }
 
 impl VersionEdit {
+    /// Folds `later` (an edit of the same region applied after this one)
+    /// into this edit, so that applying the result equals applying both in
+    /// order: a table `later` deletes that this edit added is dropped from
+    /// the additions (it never becomes durable); other deletions and all
+    /// additions accumulate; a design record, cursor or scalar field that
+    /// `later` sets replaces this edit's. Used by WAL replay, which flushes
+    /// several memtables against versions chained in memory and records
+    /// them in one manifest record.
+    pub fn compose(&mut self, later: VersionEdit) {
+        for (level, id) in later.deleted_tables {
+            match self.new_tables.iter().position(|(_, m)| m.id == id) {
+                Some(i) => {
+                    self.new_tables.remove(i);
+                }
+                None => self.deleted_tables.push((level, id)),
+            }
+        }
+        self.new_tables.extend(later.new_tables);
+        for (tag, bytes) in later.design_records {
+            match self.design_records.iter_mut().find(|(t, _)| *t == tag) {
+                Some(r) => r.1 = bytes,
+                None => self.design_records.push((tag, bytes)),
+            }
+        }
+        for (level, key) in later.compact_cursors {
+            match self.compact_cursors.iter_mut().find(|(l, _)| *l == level) {
+                Some(c) => c.1 = key,
+                None => self.compact_cursors.push((level, key)),
+            }
+        }
+        self.new_pm_wals.extend(later.new_pm_wals);
+        self.deleted_pm_wals.extend(later.deleted_pm_wals);
+        self.log_number = later.log_number.or(self.log_number);
+        self.next_file_number = later.next_file_number.or(self.next_file_number);
+        self.last_seqno = later.last_seqno.or(self.last_seqno);
+        if later.region_layout.is_some() {
+            self.region_layout = later.region_layout;
+        }
+    }
+
     /// Appends the encoding of this edit to `dst` (format: module docs).
     /// Requires every level below [`LEVEL_LIMIT`] and every new table
     /// [`TableMeta::is_encodable`].
@@ -975,6 +1015,38 @@ mod tests {
         assert!(VersionEdit::decode(&[0x0a, 0x80, 0x02], "m", 0)
             .unwrap_err()
             .is_corruption());
+    }
+
+    #[test]
+    fn compose_equals_applying_in_order() {
+        let mut rng = SmallRng::seed_from_u64(7);
+        let meta = |id: u64, rng: &mut SmallRng| TableMeta {
+            id,
+            ..random_meta(rng)
+        };
+        // #1 existed; the first edit replaces it by #2 and adds #3; the
+        // second replaces #2 by #4 and moves #3 nowhere (deletes it).
+        let mut a = VersionEdit {
+            deleted_tables: vec![(0, 1)],
+            new_tables: vec![(0, meta(2, &mut rng)), (0, meta(3, &mut rng))],
+            design_records: vec![(5, vec![1]), (6, vec![1])],
+            log_number: Some(4),
+            ..Default::default()
+        };
+        let m4 = meta(4, &mut rng);
+        a.compose(VersionEdit {
+            deleted_tables: vec![(0, 2), (0, 3), (1, 9)],
+            new_tables: vec![(0, m4.clone())],
+            design_records: vec![(6, vec![2]), (7, vec![2])],
+            ..Default::default()
+        });
+        assert_eq!(a.deleted_tables, vec![(0, 1), (1, 9)]);
+        assert_eq!(a.new_tables, vec![(0, m4)]);
+        assert_eq!(
+            a.design_records,
+            vec![(5, vec![1]), (6, vec![2]), (7, vec![2])]
+        );
+        assert_eq!(a.log_number, Some(4));
     }
 
     #[test]

@@ -30,6 +30,7 @@
 //!    compaction's edit fail ("deletes table … which is not in L…")
 //!    instead of dropping the appended data.
 
+pub mod closed;
 pub mod edit;
 pub mod set;
 
@@ -59,6 +60,9 @@ pub type PmTableOpener = dyn Fn(&TableMeta) -> Result<Arc<dyn TableReader>> + Se
 /// version, so it must be cheap (defer real work to the first read).
 pub type LevelViewBuilder = dyn Fn(&Version, usize) -> Option<Arc<dyn TableReader>> + Send + Sync;
 
+/// Checks a design record (tag, bytes) read back from the MANIFEST.
+pub type DesignRecordCheck = dyn Fn(u32, &[u8]) -> Result<()> + Send + Sync;
+
 /// What a table needs to open its reader and to release its storage.
 pub struct TableContext {
     /// The SSD file system.
@@ -75,6 +79,10 @@ pub struct TableContext {
     pub pm_opener: OnceLock<Box<PmTableOpener>>,
     /// Serves whole levels (set by designs that read a level as one unit).
     pub level_view: OnceLock<Box<LevelViewBuilder>>,
+    /// Validates the design records of the MANIFEST at recovery (set by
+    /// designs that write them): a record it rejects makes the open fail
+    /// with `Corruption` naming the manifest and the record's offset.
+    pub design_record_check: OnceLock<Box<DesignRecordCheck>>,
     /// Live handles listing each PM page run (invariant 3).
     pub pm_run_refs: Mutex<HashMap<PageRun, u32>>,
     /// Tables whose storage must be released (processed by the background
@@ -100,6 +108,7 @@ impl TableContext {
             verify_checksums,
             pm_opener: OnceLock::new(),
             level_view: OnceLock::new(),
+            design_record_check: OnceLock::new(),
             pm_run_refs: Mutex::new(HashMap::new()),
             obsolete: Mutex::new(Vec::new()),
         }

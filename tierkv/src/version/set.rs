@@ -33,6 +33,7 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
+use super::closed::Closed;
 use super::edit::{
     decode_current, encode_current, manifest_file_name, DbIdentity, PmWal, RegionLayout,
     VersionEdit,
@@ -79,6 +80,14 @@ pub struct Recovered {
     pub last_seqno: SeqNo,
     /// PM WALs still live.
     pub pm_wals: Vec<PmWal>,
+    /// The manifest ended in an incomplete (torn) record at this offset: an
+    /// edit that was never installed. Files the version does not reference
+    /// are then kept in `lost/` instead of being deleted, and so is the
+    /// damaged manifest.
+    pub manifest_torn_at: Option<u64>,
+    /// The database was closed cleanly (`version::closed`): every live SSD
+    /// WAL's number and length then, which replay must find exactly.
+    pub closed_wals: Option<Vec<(u64, u64)>>,
     /// What the manifest says created the database (empty for databases
     /// created before the identity record existed).
     pub identity: DbIdentity,
@@ -194,6 +203,14 @@ impl VersionSet {
     /// Recovers the version from CURRENT and its manifest, then starts a
     /// fresh manifest holding a snapshot of it. A manifest whose region
     /// layout differs from `layout` is refused (`InvalidOptions`).
+    ///
+    /// Only an incomplete final record is a torn tail (an edit that was
+    /// never installed: `Recovered::manifest_torn_at`); any other damage is
+    /// `Error::Corruption` naming the manifest and the record's offset, and
+    /// so is a design record the design rejects
+    /// (`TableContext::design_record_check`). The old manifest is left in
+    /// place: the caller removes it (or keeps it in `lost/`) once the open
+    /// succeeded.
     pub fn recover(
         fs: Arc<dyn FileSystem>,
         dir: &Path,
@@ -207,6 +224,7 @@ impl VersionSet {
         let manifest_number = decode_current(&current, &current_path.display().to_string())?;
         let manifest_path = dir.join(manifest_file_name(manifest_number));
         let bytes = fs.read_all(&manifest_path)?;
+        let manifest_len = bytes.len() as u64;
         let source = manifest_path.display().to_string();
         let mut reader = LogReader::new(FileLog::new(source.clone(), bytes), manifest_number);
 
@@ -237,6 +255,18 @@ impl VersionSet {
                 }
             }
             for e in group {
+                if let Some(check) = ctx.design_record_check.get() {
+                    for (tag, bytes) in &e.design_records {
+                        check(*tag, bytes).map_err(|err| match err {
+                            Error::Corruption { what, .. } => Error::corruption(
+                                source.clone(),
+                                offset,
+                                format!("design record {tag:#x}: {what}"),
+                            ),
+                            other => other,
+                        })?;
+                    }
+                }
                 let v = versions.get_mut(e.region as usize).ok_or_else(|| {
                     Error::corruption(
                         source.clone(),
@@ -286,15 +316,31 @@ impl VersionSet {
                 "manifest has no complete snapshot record",
             ));
         }
+        if let Some(closed) = Closed::read(fs.as_ref(), dir, manifest_number) {
+            // A clean close sealed the manifest's length: a record cut short
+            // since (or a file cut at a record boundary) is damage. So is a
+            // recorded WAL that changed; checked now, before the new
+            // manifest below makes CLOSED stale (an open that failed later
+            // must leave these checks to the next one).
+            Closed::check_log(closed.manifest.1, &source, manifest_len, reader.torn_tail())?;
+            closed.check_wals(fs.as_ref(), dir)?;
+            rec.closed_wals = Some(closed.wals);
+        }
         if let Some(off) = reader.torn_tail() {
-            // A manifest record is synced before its edit takes effect, so a
-            // torn tail is an edit that never happened.
-            log::warn!("{source}: torn tail at offset {off} dropped");
+            // A manifest record is synced before its edit takes effect, so an
+            // incomplete last record is an edit that never happened.
+            log::warn!("{source}: torn tail at offset {off} dropped (an edit never installed)");
+            rec.manifest_torn_at = Some(off);
         }
         let next_file = next_file.ok_or_else(|| {
             Error::corruption(source.clone(), 0, "manifest has no next-file-number record")
         })?;
-        let next_file = next_file.max(manifest_number + 1);
+        // A file the manifest does not know of (the output of an edit that
+        // was torn, a WAL created after the last record) must never be
+        // overwritten by a new file of the same number.
+        let next_file = next_file
+            .max(manifest_number + 1)
+            .max(largest_file_number(fs.as_ref(), dir).saturating_add(1));
         rec.pm_wals = pm_wals.clone();
         let mut vs = VersionSet::new(fs, dir, ctx, stats, versions, next_file, layout);
         *vs.identity.lock() = rec.identity.clone();
@@ -303,8 +349,12 @@ impl VersionSet {
             .copy_from_slice(&rec.region_log_numbers);
         *vs.pm_wals.lock() = pm_wals;
         vs.write_new_manifest(rec.last_seqno)?;
-        let _ = vs.fs.remove(&manifest_path);
         Ok((vs, rec))
+    }
+
+    /// The number of the manifest CURRENT names (`None` once closed).
+    pub fn manifest_number(&self) -> Option<u64> {
+        self.manifest.lock().as_ref().map(|m| m.number)
     }
 
     /// The current version of region 0 (the only one without regions).
@@ -523,6 +573,57 @@ impl VersionSet {
     pub fn close(&self) {
         self.manifest.lock().take();
     }
+
+    /// Closes the manifest after a clean shutdown (every log synced, no
+    /// failure) and seals it: writes CLOSED with the manifest's length and
+    /// that of every SSD WAL at or above the log number
+    /// (`version::closed`). A manifest whose last write failed is closed
+    /// without a seal.
+    pub fn close_clean(&self) -> Result<()> {
+        let Some(m) = self.manifest.lock().take() else {
+            return Ok(());
+        };
+        if m.failed.is_some() {
+            return Ok(());
+        }
+        let log_number = self.log_number();
+        let mut wals: Vec<(u64, u64)> = Vec::new();
+        for name in self.fs.list(&self.dir)? {
+            if let Some(n) = name
+                .strip_suffix(".log")
+                .and_then(|n| n.parse::<u64>().ok())
+                .filter(|&n| n >= log_number)
+            {
+                wals.push((n, self.fs.file_size(&self.dir.join(&name))?));
+            }
+        }
+        wals.sort_unstable();
+        Closed {
+            manifest: (m.number, m.writer.bytes_written()),
+            wals,
+        }
+        .write(self.fs.as_ref(), &self.dir)
+    }
+}
+
+/// The number of a table, WAL or manifest file name.
+pub fn file_number(name: &str) -> Option<u64> {
+    name.strip_suffix(".sst")
+        .or_else(|| name.strip_suffix(".log"))
+        .or_else(|| name.strip_prefix("MANIFEST-"))
+        .and_then(|n| n.parse::<u64>().ok())
+}
+
+/// The largest file number in `dir` and in its `lost/` directory (0 if
+/// none).
+fn largest_file_number(fs: &dyn FileSystem, dir: &Path) -> u64 {
+    [dir.to_path_buf(), dir.join(crate::lost::LOST_DIR)]
+        .iter()
+        .filter_map(|d| fs.list(d).ok())
+        .flatten()
+        .filter_map(|n| file_number(&n))
+        .max()
+        .unwrap_or(0)
 }
 
 /// What [`VersionSet::checkpoint_state`] captures.
@@ -559,7 +660,8 @@ fn write_snapshot_manifest(
 /// Makes `dir` a database whose state is the snapshot record `group`: writes
 /// and syncs `MANIFEST-<number>`, points CURRENT at it, syncs the directory.
 /// `group[0].next_file_number` must be above `number` and every file the
-/// state names (checkpoints).
+/// state names (checkpoints; `Db::repair`, whose group describes the whole
+/// database it rebuilt, region 0 first, with its tables already durable).
 pub fn install_snapshot_manifest(
     fs: &dyn FileSystem,
     dir: &Path,

@@ -62,7 +62,7 @@ pub mod reader;
 pub mod writer;
 
 pub use pm::{is_pm_full, ExtentSource, PmLog, PmSink, PmSource, PmWals};
-pub use reader::{FileLog, LogSource, Reader};
+pub use reader::{FileLog, LogSource, Reader, Tail};
 pub use writer::{FileSink, LogSink, Writer};
 
 /// Size of a log block in bytes.
@@ -238,6 +238,14 @@ pub trait LogWriter: Send {
     fn in_pm(&self) -> bool;
     /// Bytes this log has written to its device so far.
     fn bytes_written(&self) -> u64;
+    /// Closes the log for good at a clean close, where its synced records
+    /// end: a log whose reader cannot tell a torn tail from damage by
+    /// itself (a PM WAL, `docs/format/wal.md` §4) records it, so that later
+    /// damage reads as corruption. Nothing may be appended afterwards.
+    /// Default: nothing to do (a file's torn tail is recognised without it).
+    fn seal(&mut self) -> crate::error::Result<()> {
+        Ok(())
+    }
 }
 
 impl LogWriter for Writer<FileSink> {
@@ -256,6 +264,9 @@ impl LogWriter for Writer<FileSink> {
     fn bytes_written(&self) -> u64 {
         Writer::bytes_written(self)
     }
+    fn seal(&mut self) -> crate::error::Result<()> {
+        Writer::seal(self)
+    }
 }
 
 impl LogWriter for Writer<PmSink> {
@@ -273,6 +284,9 @@ impl LogWriter for Writer<PmSink> {
     }
     fn bytes_written(&self) -> u64 {
         self.sink().device_bytes()
+    }
+    fn seal(&mut self) -> crate::error::Result<()> {
+        Writer::seal(self)
     }
 }
 

@@ -18,7 +18,12 @@
 //!  E+24   extent_len  u64le    this extent's length in bytes
 //!  E+32   next        u64le    offset of the next extent, 0 = none
 //!                              (not covered by the crc: updated in place)
-//!  E+40   unused up to E+4096
+//!  E+40   seal_end    u64le    first extent only: the log offset where the
+//!                              log was closed cleanly (0 when created)
+//!  E+48   seal_crc    u32le    masked crc32c of log_number ‖ seal_end (u64le
+//!                              each); any other value: not sealed
+//!  E+52   0           u32
+//!  E+56   unused up to E+4096
 //!  E+4096 block 0 | block 1 | ... | block k-1       (log format, mod docs)
 //! ```
 //!
@@ -56,6 +61,12 @@
 //! 4. An extent allocated but not yet linked when a crash hits is reachable
 //!    from nothing: the engine's allocator reconciliation frees it (it
 //!    knows the live chains through [`PmLog::extents`]).
+//! 5. The seal ([`PmSink::seal`], at a clean close) is stored only after
+//!    every record before it was persisted, and its checksum ties it to the
+//!    log, so a seal that verifies proves that no record before `seal_end`
+//!    was in flight: damage there is corruption, never a torn tail
+//!    (reader module docs). A new extent's seal fields are zeroed with its
+//!    header, so stale bytes of a reused page never read as a seal.
 //!
 //! # Full region
 //!
@@ -83,7 +94,7 @@ use crate::storage::alloc::PageRun;
 use crate::storage::pm::PmTier;
 use crate::storage::PmRegion;
 
-use super::reader::{LogSource, Reader};
+use super::reader::{LogSource, Reader, Tail};
 use super::writer::{LogSink, Writer};
 use super::{mask_crc, unmask_crc, BLOCK_SIZE, HEADER_SIZE, ZEROS};
 
@@ -99,8 +110,14 @@ pub const EXTENT_VERSION: u32 = 1;
 /// Offset of the `next` field inside an extent header.
 const NEXT_FIELD: u64 = 32;
 
-/// Bytes of the header that are written (the rest of the page is unused).
+/// Bytes of the header under the checksum (and the `next` field).
 const HEADER_FIELDS_BYTES: usize = 40;
+
+/// Offset of the seal (first extent of a chain: `seal_end`, `seal_crc`, 0).
+const SEAL_FIELD: u64 = 40;
+
+/// Bytes of the seal.
+const SEAL_BYTES: usize = 16;
 
 const BLOCK: u64 = BLOCK_SIZE as u64;
 
@@ -234,6 +251,46 @@ fn read_extent_header(region: &dyn PmRegion, at: u64) -> Result<ExtentHeader> {
     Ok(h)
 }
 
+fn seal_crc(log_number: u64, seal_end: u64) -> u32 {
+    let mut b = [0u8; 16];
+    b[0..8].copy_from_slice(&log_number.to_le_bytes());
+    b[8..16].copy_from_slice(&seal_end.to_le_bytes());
+    mask_crc(crc32c::crc32c(&b))
+}
+
+fn encode_seal(log_number: u64, seal_end: u64) -> [u8; SEAL_BYTES] {
+    let mut b = [0u8; SEAL_BYTES];
+    b[0..8].copy_from_slice(&seal_end.to_le_bytes());
+    b[8..12].copy_from_slice(&seal_crc(log_number, seal_end).to_le_bytes());
+    b
+}
+
+/// The seal of the chain whose first extent is at `first`: `Some(log
+/// offset)` if the log was sealed (the seal verifies), `None` otherwise. A
+/// verified seal beyond the chain's `capacity` (log bytes) is corruption.
+fn read_seal(
+    region: &dyn PmRegion,
+    first: u64,
+    log_number: u64,
+    capacity: u64,
+) -> Result<Option<u64>> {
+    let mut b = [0u8; SEAL_BYTES];
+    region.read(first + SEAL_FIELD, &mut b)?;
+    let end = u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
+    let crc = u32::from_le_bytes([b[8], b[9], b[10], b[11]]);
+    if crc != seal_crc(log_number, end) {
+        return Ok(None);
+    }
+    if end > capacity {
+        return Err(Error::corruption(
+            region.name(),
+            first + SEAL_FIELD,
+            format!("PM WAL seal at log offset {end}, beyond the chain's {capacity} log bytes"),
+        ));
+    }
+    Ok(Some(end))
+}
+
 /// Walks the chain from `first`, verifying every header, that every extent
 /// belongs to `log_number` (that of the first extent if `None`) and that no
 /// two extents overlap (which also rules out cycles).
@@ -242,7 +299,33 @@ fn walk_chain(
     first: u64,
     log_number: Option<u64>,
 ) -> Result<Vec<(u64, ExtentHeader)>> {
+    let (chain, error) = walk_chain_prefix(region, first, log_number);
+    match error {
+        Some(e) => Err(e),
+        None => Ok(chain),
+    }
+}
+
+/// Like [`walk_chain`], but returns the valid prefix of the chain together
+/// with the error that ended it, if any.
+fn walk_chain_prefix(
+    region: &dyn PmRegion,
+    first: u64,
+    log_number: Option<u64>,
+) -> (Vec<(u64, ExtentHeader)>, Option<Error>) {
     let mut out: Vec<(u64, ExtentHeader)> = Vec::new();
+    match walk_into(region, first, log_number, &mut out) {
+        Ok(()) => (out, None),
+        Err(e) => (out, Some(e)),
+    }
+}
+
+fn walk_into(
+    region: &dyn PmRegion,
+    first: u64,
+    log_number: Option<u64>,
+    out: &mut Vec<(u64, ExtentHeader)>,
+) -> Result<()> {
     let mut ranges: BTreeMap<u64, u64> = BTreeMap::new();
     let mut at = first;
     loop {
@@ -281,10 +364,39 @@ fn walk_chain(
         ranges.insert(at, end);
         out.push((at, h));
         if h.next == 0 {
-            return Ok(out);
+            return Ok(());
         }
         at = h.next;
     }
+}
+
+/// A reader over the blocks of `chain`.
+fn reader_over(
+    region: Arc<dyn PmRegion>,
+    chain: Vec<(u64, ExtentHeader)>,
+    log_number: u64,
+    sealed_end: Option<u64>,
+) -> Reader<PmSource> {
+    let mut extents = Vec::with_capacity(chain.len());
+    let mut block_count = 0;
+    for (offset, h) in chain {
+        extents.push(SourceExtent {
+            offset,
+            first_block: block_count,
+        });
+        block_count += blocks_per_extent(h.extent_len);
+    }
+    let name = region.name().to_string();
+    Reader::new(
+        PmSource {
+            region,
+            name,
+            extents,
+            block_count,
+            sealed_end,
+        },
+        log_number,
+    )
 }
 
 /// Entry points for WALs in PM.
@@ -315,6 +427,7 @@ impl PmLog {
             cur: 0,
             cur_pos: 0,
             synced: (0, 0),
+            sealed: false,
             device_bytes: 0,
         };
         sink.grow()?;
@@ -330,26 +443,74 @@ impl PmLog {
         log_number: u64,
     ) -> Result<Reader<PmSource>> {
         let chain = walk_chain(region.as_ref(), first_extent, Some(log_number))?;
-        let mut extents = Vec::with_capacity(chain.len());
-        let mut block_count = 0;
-        for (offset, h) in chain {
-            let blocks = blocks_per_extent(h.extent_len);
-            extents.push(SourceExtent {
-                offset,
-                first_block: block_count,
-            });
-            block_count += blocks;
+        let capacity = chain
+            .iter()
+            .map(|(_, h)| blocks_per_extent(h.extent_len) * BLOCK)
+            .sum();
+        let sealed_end = read_seal(region.as_ref(), first_extent, log_number, capacity)?;
+        Ok(reader_over(region, chain, log_number, sealed_end))
+    }
+
+    /// For `Db::repair`: a reader over the longest valid prefix of the chain
+    /// starting at `first_extent` (its first extent must verify), and the
+    /// error that cut the chain short, if one did. The seal is ignored.
+    pub fn open_prefix_for_salvage(
+        region: Arc<dyn PmRegion>,
+        first_extent: u64,
+        log_number: u64,
+    ) -> Result<(Reader<PmSource>, Option<Error>)> {
+        let (chain, error) = walk_chain_prefix(region.as_ref(), first_extent, Some(log_number));
+        if chain.is_empty() {
+            return Err(error.unwrap_or_else(|| {
+                Error::corruption(region.name(), first_extent, "PM WAL: no extent")
+            }));
         }
-        let name = region.name().to_string();
-        Ok(Reader::new(
-            PmSource {
-                region,
-                name,
-                extents,
-                block_count,
-            },
-            log_number,
-        ))
+        Ok((reader_over(region, chain, log_number, None), error))
+    }
+
+    /// For `Db::repair`: the chains of PM WAL extents found without the
+    /// MANIFEST. Looks for an extent header that verifies at each offset of
+    /// `offsets` (extents start at page boundaries), and returns `(first
+    /// extent, log number)` of every chain — an extent that no other found
+    /// extent of its log links to — ordered by log number.
+    pub fn find_chains(
+        region: &dyn PmRegion,
+        offsets: impl Iterator<Item = u64>,
+    ) -> Vec<(u64, u64)> {
+        let mut found: BTreeMap<u64, ExtentHeader> = BTreeMap::new();
+        for at in offsets {
+            let magic = region.slice(at, EXTENT_MAGIC.len());
+            if magic.is_ok_and(|m| m == EXTENT_MAGIC) {
+                if let Ok(h) = read_extent_header(region, at) {
+                    found.insert(at, h);
+                }
+            }
+        }
+        let linked: std::collections::HashSet<(u64, u64)> = found
+            .values()
+            .filter(|h| h.next != 0)
+            .map(|h| (h.next, h.log_number))
+            .collect();
+        let mut chains: Vec<(u64, u64)> = found
+            .iter()
+            .filter(|(at, h)| !linked.contains(&(**at, h.log_number)))
+            .map(|(at, h)| (*at, h.log_number))
+            .collect();
+        chains.sort_by_key(|&(at, log)| (log, at));
+        chains
+    }
+
+    /// The log offset the log starting at `first_extent` was sealed at by a
+    /// clean close, if it was (`None` after a crash, or for a log still being
+    /// written).
+    pub fn sealed_end(region: &dyn PmRegion, first_extent: u64) -> Result<Option<u64>> {
+        let chain = walk_chain(region, first_extent, None)?;
+        let log_number = chain.first().map_or(0, |(_, h)| h.log_number);
+        let capacity = chain
+            .iter()
+            .map(|(_, h)| blocks_per_extent(h.extent_len) * BLOCK)
+            .sum();
+        read_seal(region, first_extent, log_number, capacity)
     }
 
     /// The extents `(offset, len_bytes)` of the chain starting at
@@ -398,6 +559,11 @@ impl PmWals {
             source: Arc::new(AllocExtents(Arc::clone(&tier))),
             tier,
         }
+    }
+
+    /// The region the WALs live in.
+    pub fn region(&self) -> &Arc<dyn PmRegion> {
+        self.tier.region()
     }
 
     /// Bytes of one extent (a WAL grows by this much at a time).
@@ -462,14 +628,17 @@ pub struct PmSink {
     cur: usize,
     cur_pos: u64,
     synced: (usize, u64),
-    /// Bytes stored into the region: extent headers and links, log
+    /// Sealed: nothing may be appended any more.
+    sealed: bool,
+    /// Bytes stored into the region: extent headers and seals, links, log
     /// bytes, end markers.
     device_bytes: u64,
 }
 
 impl PmSink {
-    /// Bytes this sink has stored into the region (headers, links, log
-    /// bytes and the zeroed end markers a sync writes).
+    /// Bytes this sink has stored into the region (headers with their
+    /// zeroed seal fields, links, log bytes, the zeroed end markers a sync
+    /// writes, and the seal).
     pub fn device_bytes(&self) -> u64 {
         self.device_bytes
     }
@@ -521,14 +690,15 @@ impl PmSink {
                 region.name()
             )));
         }
-        // (1) The header with next = 0 and a zero first fragment header,
-        // persisted before anything points at them.
+        // (1) The header with next = 0 (and a zeroed seal) and a zero first
+        // fragment header, persisted before anything points at them.
         let header = encode_extent_header(self.log_number, len);
         region.write(offset, &header)?;
-        region.persist(offset, header.len())?;
+        region.write(offset + SEAL_FIELD, &[0u8; SEAL_BYTES])?;
+        region.persist(offset, header.len() + SEAL_BYTES)?;
         region.write(offset + EXTENT_HEADER_BYTES, &ZEROS)?;
         region.persist(offset + EXTENT_HEADER_BYTES, HEADER_SIZE)?;
-        self.device_bytes += (header.len() + HEADER_SIZE) as u64;
+        self.device_bytes += (header.len() + SEAL_BYTES + HEADER_SIZE) as u64;
         // (2) Then the 8-byte atomic link from the previous extent.
         if let Some(prev) = self.extents.last() {
             let at = prev.offset + NEXT_FIELD;
@@ -595,6 +765,13 @@ impl PmSink {
 
 impl LogSink for PmSink {
     fn append(&mut self, mut data: &[u8]) -> Result<()> {
+        if self.sealed {
+            return Err(Error::InvalidArgument(format!(
+                "{}: PM WAL {} is sealed",
+                self.region.name(),
+                self.log_number
+            )));
+        }
         while !data.is_empty() {
             if self.cur_pos == self.extents[self.cur].cap {
                 if self.cur + 1 == self.extents.len() {
@@ -641,6 +818,20 @@ impl LogSink for PmSink {
         Ok(())
     }
 
+    /// Stores the seal (module docs, crash consistency 5) at the synced
+    /// end: `synced` is a record boundary with every byte before it
+    /// persisted, whatever was appended later.
+    fn seal(&mut self) -> Result<()> {
+        let (i, pos) = self.synced;
+        let end = self.extents[..i].iter().map(|e| e.cap).sum::<u64>() + pos;
+        let at = self.first_extent() + SEAL_FIELD;
+        self.region.write(at, &encode_seal(self.log_number, end))?;
+        self.region.persist(at, SEAL_BYTES)?;
+        self.device_bytes += SEAL_BYTES as u64;
+        self.sealed = true;
+        Ok(())
+    }
+
     fn reserve(&mut self, len_bytes: u64) -> Result<()> {
         let mut available = self.available();
         while available < len_bytes {
@@ -663,6 +854,7 @@ pub struct PmSource {
     name: String,
     extents: Vec<SourceExtent>,
     block_count: u64,
+    sealed_end: Option<u64>,
 }
 
 impl PmSource {
@@ -695,6 +887,12 @@ impl LogSource for PmSource {
         let e = self.extents[i];
         let at = e.offset + EXTENT_HEADER_BYTES + (index - e.first_block) * BLOCK;
         Ok((self.region.slice(at, BLOCK_SIZE)?, at))
+    }
+
+    fn tail(&self) -> Tail {
+        Tail::Unordered {
+            sealed_end: self.sealed_end,
+        }
     }
 }
 

@@ -8,43 +8,55 @@
 //! # Where the log ends
 //!
 //! The log ends cleanly at the end of the input, at a zero-filled header
-//! (never-written space), or at a valid fragment of *another* log (the
-//! recycled tail of a reused PM page or file).
+//! (PM: never-written space or the end marker), or at a valid fragment of
+//! *another* log (the recycled tail of a reused PM page or file).
 //!
 //! # The torn-tail rule
 //!
 //! A *damaged* record — checksum mismatch, a length that overruns its block,
 //! an unknown type, a broken FIRST/MIDDLE/LAST sequence, a truncated header —
-//! is either the tail a crash tore, or corruption of the log's body. The
-//! reader decides by looking *after* it: it visits every later block start
-//! (invariant 2 of the format: every block holding data starts with a
-//! header) and follows the valid fragments of this log from there.
+//! is either the tail a crash tore, or corruption. What a crash can tear
+//! depends on the medium ([`LogSource::tail`]):
 //!
-//! - If some later fragment of this log that *starts* a record (FULL or
-//!   FIRST) verifies, records were written after the damaged one: that is
-//!   body corruption, and the reader returns `Error::Corruption` naming the
-//!   source and the damaged record's offset.
-//! - Otherwise the damage is a torn tail: the log ends cleanly before it,
-//!   and [`Reader::torn_tail`] reports the offset where valid data ended.
+//! - [`Tail::Truncated`] (a file: the MANIFEST, an SSD WAL): a crash keeps a
+//!   *prefix* of the appended bytes. Only an **incomplete** final record —
+//!   one the end of the input cuts short (a partial header, a payload that
+//!   runs past the end, a record missing its LAST fragment) — is a torn
+//!   tail. A complete fragment that fails its checksum, anywhere, is
+//!   `Error::Corruption`; so is a zero-filled header (this engine never
+//!   writes one into a file) and any other damage.
+//! - [`Tail::Unordered`] (a PM extent chain): the cache lines of the record
+//!   in flight may reach the media in any order, so the last record may be
+//!   damaged anywhere. A damaged record is a torn tail unless a valid
+//!   record of this log follows it, or the log was *sealed* at a clean close
+//!   past it (the seal records where the log ended; then any damage or
+//!   early end before that point is corruption).
 //!
-//! Later MIDDLE/LAST fragments alone do not count: they may be the rest of
-//! the very record whose beginning the crash tore. When the damage is a
-//! checksum mismatch or an unknown type, the header's length is taken at
-//! its word and the search starts right after the damaged fragment, in the
-//! same block (a flipped payload byte leaves the length intact, and the
-//! record after it proves the damage is not a tail; a 32-bit checksum and
-//! the log number make a false match vanishingly unlikely). When the length
-//! itself cannot be trusted (it overruns the block, or the header is zero),
-//! the search starts at the next block, so such damage inside the last
-//! block of a log reads as a torn tail.
+//! In both cases the reader first looks *after* the damage: it visits every
+//! later block start (invariant 2 of the format: every block holding data
+//! starts with a header) and follows the valid fragments of this log from
+//! there. A later fragment of this log that *starts* a record (FULL or
+//! FIRST) and verifies proves that records were written after the damaged
+//! one: body corruption, named by the source and the damaged record's
+//! offset. (Later MIDDLE/LAST fragments alone prove nothing: they may be
+//! the rest of the very record whose beginning a crash tore.) When the
+//! damage is a checksum mismatch or an unknown type, the header's length is
+//! taken at its word and the search starts right after the damaged fragment,
+//! in the same block; when the length itself cannot be trusted (it overruns
+//! the block, or the header is zero), at the next block.
 //!
-//! The rule assumes that only the unsynced tail can be damaged by a crash,
-//! which holds for the PM WAL (synced after every record) and the MANIFEST.
+//! A length that runs past the end of a file looks like a record cut short;
+//! the reader tells a damaged length field apart by checking whether the
+//! stored checksum verifies some shorter payload that ends at the end of the
+//! file or right before another valid fragment of this log (a false match
+//! needs a 32-bit checksum to verify by chance).
+//!
 //! A file written without sync on a file system that writes pages back out
-//! of order can, after a power loss, hold a hole followed by records; a
-//! reader in point-in-time mode ([`Reader::point_in_time`]) ends the log at
-//! the first damaged record in every case and reports whether valid records
-//! were dropped ([`Reader::dropped_records`]).
+//! of order can, after a power loss, hold a hole followed by records, or
+//! garbage where unsynced pages were never written; a reader in
+//! point-in-time mode ([`Reader::point_in_time`]) ends the log at the first
+//! damaged record in every case and reports whether valid records were
+//! dropped ([`Reader::dropped_records`]).
 //!
 //! Offsets are physical: the file offset, or the byte offset in the PM
 //! region.
@@ -59,7 +71,25 @@ use std::path::Path;
 use crate::error::{Error, Result};
 use crate::storage::FileSystem;
 
-use super::{header_log_number, Header, RecordType, BLOCK_SIZE, HEADER_SIZE};
+use super::{
+    header_log_number, type_log_crc, unmask_crc, Header, RecordType, BLOCK_SIZE, HEADER_SIZE,
+};
+
+/// What a crash can do to the end of a log (module docs, "The torn-tail
+/// rule").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tail {
+    /// A crash keeps a prefix of the bytes (files): only a record the end of
+    /// the input cuts short is a torn tail.
+    Truncated,
+    /// The record in flight may be damaged anywhere (PM). `sealed_end`: the
+    /// log was closed cleanly and every record before this *log offset*
+    /// (block index × [`BLOCK_SIZE`] + offset in the block) is complete.
+    Unordered {
+        /// The log offset the log was sealed at, if it was.
+        sealed_end: Option<u64>,
+    },
+}
 
 /// Blocks of a log to read.
 pub trait LogSource {
@@ -73,6 +103,12 @@ pub trait LogSource {
     /// The bytes of block `index` (< `block_count()`) and the physical
     /// offset of its first byte.
     fn block(&self, index: u64) -> Result<(&[u8], u64)>;
+
+    /// What a crash can do to the end of this log. The default,
+    /// [`Tail::Truncated`], is that of a file.
+    fn tail(&self) -> Tail {
+        Tail::Truncated
+    }
 }
 
 /// A whole log file read into memory.
@@ -120,6 +156,7 @@ impl LogSource for FileLog {
 /// Reads the records of one log.
 pub struct Reader<S: LogSource> {
     source: S,
+    tail: Tail,
     log32: u32,
     /// Next block to read and the position in it.
     block: u64,
@@ -129,6 +166,10 @@ pub struct Reader<S: LogSource> {
     torn_tail: Option<u64>,
     dropped: bool,
     point_in_time: bool,
+    /// Salvage mode: damage followed by records is skipped, not an error.
+    salvage: bool,
+    /// Salvage mode: the damaged ranges skipped, as (offset, what).
+    skipped: Vec<(u64, String)>,
     last_record_offset: u64,
 }
 
@@ -139,6 +180,30 @@ impl Reader<FileLog> {
     }
 }
 
+/// Why the log stops at a fragment position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StopKind {
+    /// The input ended (at a block boundary, or in block padding).
+    EndOfInput,
+    /// A zero-filled header: never-written space or the PM end marker.
+    ZeroHeader,
+    /// A fragment of another log whose checksum verifies.
+    OtherLog,
+    /// The input ends inside this fragment (a partial header, or a payload
+    /// running past the end of a file): what a crash of a file can leave.
+    Incomplete,
+    /// Any other damage.
+    Damaged,
+}
+
+/// A position in the log: physical offset and log offset (block index ×
+/// block size + offset in the block).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Pos {
+    physical: u64,
+    logical: u64,
+}
+
 /// Outcome of looking at one fragment position.
 enum Step {
     /// A whole record is in the buffer.
@@ -147,10 +212,9 @@ enum Step {
     Continue,
     /// The log stops here; see [`Reader::stop`].
     Stop {
-        fragment_at: u64,
+        at: Pos,
         what: &'static str,
-        /// The stop is itself an ordinary end (zero header, other log).
-        clean: bool,
+        kind: StopKind,
         /// Where to look for later records: `None` = nothing to look at.
         scan_from: Option<(u64, usize)>,
     },
@@ -160,6 +224,7 @@ impl<S: LogSource> Reader<S> {
     /// A reader over `source`, accepting fragments of log `log_number`.
     pub fn new(source: S, log_number: u64) -> Self {
         Reader {
+            tail: source.tail(),
             source,
             log32: header_log_number(log_number),
             block: 0,
@@ -169,8 +234,26 @@ impl<S: LogSource> Reader<S> {
             torn_tail: None,
             dropped: false,
             point_in_time: false,
+            salvage: false,
+            skipped: Vec::new(),
             last_record_offset: 0,
         }
+    }
+
+    /// Salvage mode, for `Db::repair`: damage followed by a valid record of
+    /// this log is skipped (recorded in [`skipped`](Self::skipped)) and
+    /// reading resumes at that record; the log ends at damage nothing valid
+    /// follows, without an error. Never used to open a database: it reads
+    /// records after a hole.
+    pub fn salvage(mut self, on: bool) -> Self {
+        self.salvage = on;
+        self
+    }
+
+    /// Salvage mode: the damaged places skipped so far, as (offset of the
+    /// damaged record, what was wrong).
+    pub fn skipped(&self) -> &[(u64, String)] {
+        &self.skipped
     }
 
     /// Point-in-time mode: every damaged record ends the log (no
@@ -228,8 +311,8 @@ impl<S: LogSource> Reader<S> {
         if self.done {
             return Ok(false);
         }
-        // Offset of the FIRST fragment while inside a fragmented record.
-        let mut start: Option<u64> = None;
+        // The FIRST fragment while inside a fragmented record.
+        let mut start: Option<Pos> = None;
         loop {
             let step = match self.step(buf, &mut start) {
                 Ok(step) => step,
@@ -244,32 +327,69 @@ impl<S: LogSource> Reader<S> {
                 Step::Record => return Ok(true),
                 Step::Continue => {}
                 Step::Stop {
-                    fragment_at,
+                    at,
                     what,
-                    clean,
+                    kind,
                     scan_from,
                 } => {
                     buf.clear();
-                    return self.stop(start, fragment_at, what, clean, scan_from);
+                    if self.salvage {
+                        if let Some((block, pos, next_at)) = match scan_from {
+                            Some((b, p)) => self.find_record_start(b, p)?,
+                            None => None,
+                        } {
+                            let record = start.unwrap_or(at).physical;
+                            self.skipped.push((
+                                record,
+                                format!("{what} (resumed at the record at {next_at})"),
+                            ));
+                            self.block = block;
+                            self.pos = pos;
+                            start = None;
+                            continue;
+                        }
+                    }
+                    return self.stop(start, at, what, kind, scan_from);
                 }
             }
         }
     }
 
+    fn here(&self, phys: u64) -> Pos {
+        Pos {
+            physical: phys + self.pos as u64,
+            logical: self.block * BLOCK_SIZE as u64 + self.pos as u64,
+        }
+    }
+
     /// Looks at the fragment at the current position.
-    fn step(&mut self, buf: &mut Vec<u8>, start: &mut Option<u64>) -> Result<Step> {
-        if self.block >= self.source.block_count() {
-            // End of input; a pending partial record is torn.
+    fn step(&mut self, buf: &mut Vec<u8>, start: &mut Option<Pos>) -> Result<Step> {
+        let count = self.source.block_count();
+        if self.block >= count {
+            let at = match count.checked_sub(1) {
+                // Just past the last byte of the input.
+                Some(last) => {
+                    let (data, phys) = self.source.block(last)?;
+                    Pos {
+                        physical: phys + data.len() as u64,
+                        logical: last * BLOCK_SIZE as u64 + data.len() as u64,
+                    }
+                }
+                None => Pos {
+                    physical: 0,
+                    logical: 0,
+                },
+            };
             return Ok(Step::Stop {
-                fragment_at: start.unwrap_or(0),
-                what: "record without its LAST fragment",
-                clean: true,
+                at,
+                what: "end of the log",
+                kind: StopKind::EndOfInput,
                 scan_from: None,
             });
         }
         let (data, phys) = self.source.block(self.block)?;
         let rem = data.len().saturating_sub(self.pos);
-        let at = phys + self.pos as u64;
+        let at = self.here(phys);
         if rem < HEADER_SIZE {
             let tail = &data[self.pos.min(data.len())..];
             if data.len() == BLOCK_SIZE || tail.is_empty() {
@@ -278,30 +398,47 @@ impl<S: LogSource> Reader<S> {
                 self.pos = 0;
                 return Ok(Step::Continue);
             }
-            // A short last block ending in a partial header.
+            // A short last block ending in a partial header: zeros are the
+            // padding of a block the writer had started to fill.
             let zero = tail.iter().all(|&b| b == 0);
             return Ok(Step::Stop {
-                fragment_at: at,
+                at,
                 what: "truncated fragment header",
-                clean: zero,
+                kind: if zero {
+                    StopKind::EndOfInput
+                } else {
+                    StopKind::Incomplete
+                },
                 scan_from: None,
             });
         }
         let h = Header::decode(&data[self.pos..]);
         if h.is_zero() {
             return Ok(Step::Stop {
-                fragment_at: at,
-                what: "zero-filled bytes",
-                clean: true,
+                at,
+                what: "zero-filled header",
+                kind: StopKind::ZeroHeader,
                 scan_from: Some((self.block + 1, 0)),
             });
         }
         let body = self.pos + HEADER_SIZE;
         let Some(payload) = data.get(body..body + h.length) else {
+            let last_short_block = self.block + 1 == count && data.len() < BLOCK_SIZE;
+            let fits_a_block = body + h.length <= BLOCK_SIZE;
+            let kind =
+                if last_short_block && fits_a_block && !self.length_is_damaged(&h, &data[body..]) {
+                    StopKind::Incomplete
+                } else {
+                    StopKind::Damaged
+                };
             return Ok(Step::Stop {
-                fragment_at: at,
-                what: "fragment length overruns the block",
-                clean: false,
+                at,
+                what: if kind == StopKind::Incomplete {
+                    "fragment cut short by the end of the log"
+                } else {
+                    "fragment length overruns the block"
+                },
+                kind,
                 scan_from: Some((self.block + 1, 0)),
             });
         };
@@ -310,26 +447,26 @@ impl<S: LogSource> Reader<S> {
             // next fragment starts right after this one: look there first,
             // so damage early in the last block is not taken for a torn tail.
             return Ok(Step::Stop {
-                fragment_at: at,
+                at,
                 what: "checksum mismatch",
-                clean: false,
+                kind: StopKind::Damaged,
                 scan_from: Some((self.block, body + h.length)),
             });
         }
         if h.log32 != self.log32 {
             // A recycled tail: the log ends here, nothing to scan.
             return Ok(Step::Stop {
-                fragment_at: at,
+                at,
                 what: "fragment of another log",
-                clean: true,
+                kind: StopKind::OtherLog,
                 scan_from: None,
             });
         }
         let Some(ty) = RecordType::from_u8(h.ty) else {
             return Ok(Step::Stop {
-                fragment_at: at,
+                at,
                 what: "unknown fragment type",
-                clean: false,
+                kind: StopKind::Damaged,
                 scan_from: Some((self.block, body + h.length)),
             });
         };
@@ -337,17 +474,17 @@ impl<S: LogSource> Reader<S> {
             // The pending record never got its LAST fragment, and this
             // valid fragment starts a new one (the scan finds it).
             return Ok(Step::Stop {
-                fragment_at: at,
+                at,
                 what: "record without its LAST fragment",
-                clean: false,
+                kind: StopKind::Damaged,
                 scan_from: Some((self.block, self.pos)),
             });
         }
         if !ty.starts_record() && start.is_none() {
             return Ok(Step::Stop {
-                fragment_at: at,
+                at,
                 what: "MIDDLE or LAST fragment without a FIRST",
-                clean: false,
+                kind: StopKind::Damaged,
                 scan_from: Some((self.block, self.pos + HEADER_SIZE + h.length)),
             });
         }
@@ -355,7 +492,7 @@ impl<S: LogSource> Reader<S> {
         self.pos = body + h.length;
         match ty {
             RecordType::Full => {
-                self.last_record_offset = at;
+                self.last_record_offset = at.physical;
                 Ok(Step::Record)
             }
             RecordType::First => {
@@ -364,63 +501,139 @@ impl<S: LogSource> Reader<S> {
             }
             RecordType::Middle => Ok(Step::Continue),
             RecordType::Last => {
-                self.last_record_offset = start.take().unwrap_or(at);
+                self.last_record_offset = start.take().unwrap_or(at).physical;
                 Ok(Step::Record)
             }
         }
     }
 
+    /// A header whose length runs past the end of the input: true if its
+    /// checksum verifies a shorter payload `rest[..n]` that ends where a
+    /// complete fragment would — at the end of the input, or right before
+    /// another valid fragment of this log — i.e. the length field, not the
+    /// end of the file, is what is wrong.
+    fn length_is_damaged(&self, h: &Header, rest: &[u8]) -> bool {
+        let want = unmask_crc(h.masked_crc);
+        let mut crc = type_log_crc(h.ty, h.log32);
+        for n in 0..=rest.len() {
+            if n > 0 {
+                crc = crc32c::crc32c_append(crc, &rest[n - 1..n]);
+            }
+            if crc == want && (n == rest.len() || self.valid_fragment_at(&rest[n..])) {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// True if `b` starts with a whole fragment of this log that verifies.
+    fn valid_fragment_at(&self, b: &[u8]) -> bool {
+        if b.len() < HEADER_SIZE {
+            return false;
+        }
+        let h = Header::decode(b);
+        !h.is_zero()
+            && h.log32 == self.log32
+            && b.get(HEADER_SIZE..HEADER_SIZE + h.length)
+                .is_some_and(|p| h.verify(p))
+    }
+
     /// Ends the log at a damaged or ending fragment, applying the torn-tail
     /// rule. `start` is the pending record's first fragment, if any: then the
-    /// damaged record is that one, and the stop is never clean.
+    /// damaged record is that one, and the stop is never an ordinary end.
     fn stop(
         &mut self,
-        start: Option<u64>,
-        fragment_at: u64,
+        start: Option<Pos>,
+        at: Pos,
         what: &'static str,
-        clean: bool,
+        kind: StopKind,
         scan_from: Option<(u64, usize)>,
     ) -> Result<bool> {
-        let record_at = start.unwrap_or(fragment_at);
-        let clean = clean && start.is_none();
+        let record = start.unwrap_or(at);
+        let pending = start.is_some();
+        // An ordinary end of the log, and damage a crash can leave.
+        let (ends, incomplete) = match kind {
+            StopKind::EndOfInput => (!pending, pending),
+            StopKind::ZeroHeader | StopKind::OtherLog => (!pending, false),
+            StopKind::Incomplete => (false, true),
+            StopKind::Damaged => (false, false),
+        };
         let later = match scan_from {
-            Some((block, pos)) => self.find_record_start(block, pos)?,
-            None => None,
+            Some((block, pos)) if !ends || kind == StopKind::ZeroHeader => self
+                .find_record_start(block, pos)?
+                .map(|(_, _, physical)| physical),
+            _ => None,
         };
         self.done = true;
-        match later {
-            Some(next_at) if !self.point_in_time => {
-                let detail = if record_at == fragment_at {
-                    String::new()
-                } else {
-                    format!(" (in its fragment at {fragment_at})")
-                };
-                let e = Error::corruption(
-                    self.source.name(),
-                    record_at,
-                    format!("log record: {what}{detail}, followed by a valid record at {next_at}"),
-                );
+        let detail = if record.physical == at.physical {
+            String::new()
+        } else {
+            format!(" (in its fragment at {})", at.physical)
+        };
+        if self.point_in_time || self.salvage {
+            if !ends || later.is_some() {
+                self.torn_tail = Some(record.physical);
+                self.dropped = later.is_some();
+            }
+            return Ok(false);
+        }
+        let corrupt = |why: String| {
+            Error::corruption(
+                self.source.name(),
+                record.physical,
+                format!("log record: {what}{detail}, {why}"),
+            )
+        };
+        let verdict = if let Some(next_at) = later {
+            Err(corrupt(format!("followed by a valid record at {next_at}")))
+        } else {
+            match self.tail {
+                Tail::Truncated => {
+                    if kind == StopKind::ZeroHeader {
+                        Err(corrupt(
+                            "zero bytes are never written into a log file".to_string(),
+                        ))
+                    } else if ends {
+                        Ok(None)
+                    } else if incomplete {
+                        Ok(Some(record.physical))
+                    } else {
+                        Err(corrupt(
+                            "a complete record that does not verify (a crash can only cut a file short)"
+                                .to_string(),
+                        ))
+                    }
+                }
+                Tail::Unordered { sealed_end } => match sealed_end {
+                    Some(end) if record.logical < end => Err(corrupt(format!(
+                        "before the end of the log sealed at its clean close (log offset {end})"
+                    ))),
+                    _ if ends => Ok(None),
+                    _ => Ok(Some(record.physical)),
+                },
+            }
+        };
+        match verdict {
+            Ok(torn) => {
+                self.torn_tail = torn;
+                Ok(false)
+            }
+            Err(e) => {
                 self.error = Some(e.clone());
                 Err(e)
-            }
-            Some(_) => {
-                self.dropped = true;
-                self.torn_tail = Some(record_at);
-                Ok(false)
-            }
-            None => {
-                if !clean {
-                    self.torn_tail = Some(record_at);
-                }
-                Ok(false)
             }
         }
     }
 
-    /// The offset of the first valid fragment of this log that starts a
-    /// record, found by following valid fragments from `(block, pos)` (a
-    /// fragment boundary) and from every later block start.
-    fn find_record_start(&self, mut block: u64, mut pos: usize) -> Result<Option<u64>> {
+    /// The first valid fragment of this log that starts a record — its
+    /// block, position in the block and physical offset — found by
+    /// following valid fragments from `(block, pos)` (a fragment boundary)
+    /// and from every later block start.
+    fn find_record_start(
+        &self,
+        mut block: u64,
+        mut pos: usize,
+    ) -> Result<Option<(u64, usize, u64)>> {
         let count = self.source.block_count();
         while block < count {
             let (data, phys) = self.source.block(block)?;
@@ -434,7 +647,9 @@ impl<S: LogSource> Reader<S> {
                     break;
                 }
                 match RecordType::from_u8(h.ty) {
-                    Some(t) if t.starts_record() => return Ok(Some(phys + pos as u64)),
+                    Some(t) if t.starts_record() => {
+                        return Ok(Some((block, pos, phys + pos as u64)))
+                    }
                     Some(_) => pos = body + h.length,
                     None => break,
                 }

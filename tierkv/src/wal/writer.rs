@@ -51,6 +51,15 @@ pub trait LogSink: Send {
         let _ = len_bytes;
         Ok(())
     }
+
+    /// Records durably that the log was closed cleanly where its synced
+    /// records end, so that a reader takes later damage for corruption,
+    /// never for a torn tail (a PM sink; see `docs/format/wal.md` §4).
+    /// Nothing may be appended afterwards. Default: nothing to do (a file's
+    /// torn tail is recognised without it).
+    fn seal(&mut self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// A boxed sink is a sink, so the engine can pick the sink at run time
@@ -67,6 +76,9 @@ impl<S: LogSink + ?Sized> LogSink for Box<S> {
     }
     fn reserve(&mut self, len_bytes: u64) -> Result<()> {
         (**self).reserve(len_bytes)
+    }
+    fn seal(&mut self) -> Result<()> {
+        (**self).seal()
     }
 }
 
@@ -188,6 +200,14 @@ impl<S: LogSink> Writer<S> {
             return Err(e.clone());
         }
         self.sink.flush()
+    }
+
+    /// Closes the log for good: seals it where its synced records end
+    /// ([`LogSink::seal`]). Records added after the last sync are not
+    /// covered (they were never acknowledged); a poisoned writer seals too,
+    /// since the synced part of its log ends at a record boundary.
+    pub fn seal(&mut self) -> Result<()> {
+        self.sink.seal()
     }
 
     /// Log bytes handed to the sink so far (headers and padding included).

@@ -692,6 +692,12 @@ impl Container {
             let t: Arc<dyn crate::iter::TableReader> = rows.get(meta)?;
             Ok(t)
         }));
+        let _ = ctx
+            .design_record_check
+            .set(Box::new(|tag: u32, bytes: &[u8]| match tag {
+                CONTAINER_TAG => ContainerState::decode(bytes).map(|_| ()),
+                _ => Ok(()),
+            }));
         let rows = Arc::clone(&self.rows);
         let hints = self.cfg.hints;
         let _ = ctx
@@ -1833,6 +1839,16 @@ impl<D: Drain> Design for ContainerDesign<D> {
 
     fn debt(&self, v: &Version) -> u64 {
         Container::container_bytes(v) >> 20
+    }
+
+    fn level_targets(&self, v: &Version) -> Option<crate::design::LevelTargets> {
+        // L0 is the container, compacted past its limit; L1+ are leveled.
+        Some(leveled::level_targets(
+            v,
+            None,
+            self.c.cfg.limit_bytes,
+            |l| self.c.leveled.level_target_bytes(l),
+        ))
     }
 
     fn task_input_bytes(&self, task: &Task) -> Vec<(usize, u64)> {

@@ -262,6 +262,38 @@ pub struct Expect {
     pub entries: u64,
 }
 
+/// For tools that find rows without the MANIFEST (`Db::repair`): reads the
+/// header at page `meta_page` and returns what the MANIFEST would say of
+/// the row and its metadata run. Fails (`Corruption`) unless the magic and
+/// the header checksum verify; [`RowTable::open`] with these checks the
+/// rest.
+pub fn read_header(region: &dyn PmRegion, meta_page: u64) -> Result<(Expect, PageRun)> {
+    let m = meta_page.saturating_mul(PAGE);
+    let h = region.slice(m, HEADER_BYTES)?;
+    let corrupt = |off: u64, what: &str| Error::corruption(region.name(), off, what);
+    if h[0..8] != MAGIC {
+        return Err(corrupt(m, "bad RowTable magic"));
+    }
+    if u32_at(h, 72) != crc32c::crc32c(&h[..72]) {
+        return Err(corrupt(m + 72, "RowTable header checksum mismatch"));
+    }
+    let meta_len = HEADER_BYTES as u64
+        + EXTENT_BYTES as u64 * u64::from(u32_at(h, 48))
+        + ELEMENT_BYTES as u64 * u64::from(u32_at(h, 40))
+        + u64::from(u32_at(h, 52));
+    Ok((
+        Expect {
+            seq_min: u64_at(h, 16),
+            seq_max: u64_at(h, 24),
+            entries: u64::from(u32_at(h, 40)),
+        },
+        PageRun {
+            first: meta_page,
+            count: meta_len.div_ceil(PAGE),
+        },
+    ))
+}
+
 impl RowTable {
     /// Opens the row whose metadata run is `meta_run`, checking what the
     /// module docs list. `live` are the page runs the row still owns; with

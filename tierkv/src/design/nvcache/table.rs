@@ -1,0 +1,603 @@
+//! A completed NVTable (NV-Cache §III-B): nodes in segments, found through
+//! a sorted offset array. Readers use the array only — never a link word —
+//! so lookups stay correct while a compaction relinks the same nodes for
+//! another table, and after a crash in the middle of a relink.
+//!
+//! Byte layout: `format.rs` and docs/format/pm.md ("NVTable").
+//!
+//! # What `open` checks
+//!
+//! The array run lies in the region; its magic, version, header and body
+//! checksums; that its id, seqnos and entry count are the MANIFEST's; that
+//! its usage entries are the table's `pm_pages` after the array run; and
+//! that every offset is 8-aligned inside one of those segments, past the
+//! segment header. Each node is checked when it is read: inside its
+//! segment, its key checksum, and the value checksum of every value
+//! returned (`Options::verify_checksums`). Any failure is
+//! `Error::Corruption` naming the region, the byte offset and the
+//! structure.
+//!
+//! # Concurrency
+//!
+//! An [`NvTable`] is immutable and shared by any number of readers. The
+//! bytes it reads (array run, node bodies) are never written while a
+//! version lists the table; only link words (outside what it reads) are.
+//!
+//! # Invariants
+//!
+//! 1. Offsets are in strictly increasing internal-key order.
+//! 2. Every node lies inside a segment of the table's usage list, and
+//!    `usage.live_bytes` is the sum of the sizes of its nodes there.
+
+use std::cmp::Ordering;
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use super::format::{
+    self, encode_table, node_size, read_table_header, Node, TableHeader, Usage, TABLE_HEADER_BYTES,
+    USAGE_BYTES,
+};
+use super::log::Space;
+use crate::error::{Error, Result};
+use crate::iter::{Found, InternalIterator, TableReader};
+use crate::key::{self, Kind, SeqNo};
+use crate::stats::Tier;
+use crate::storage::alloc::{PageRun, PAGE_SIZE_BYTES};
+use crate::storage::PmRegion;
+use crate::version::edit::{TableFormat, TableMeta};
+
+const PAGE: u64 = PAGE_SIZE_BYTES;
+
+/// A completed NVTable opened for reading.
+pub struct NvTable {
+    region: Arc<dyn PmRegion>,
+    id: u64,
+    seq_min: SeqNo,
+    seq_max: SeqNo,
+    n: usize,
+    offsets_at: u64,
+    /// By first page (invariant 2).
+    usage: Vec<Usage>,
+    verify: bool,
+    /// The DRAM search index, built on the first lookup.
+    index: OnceLock<SearchIndex>,
+}
+
+/// A DRAM index over a table's keys (not part of the PM format): for each
+/// entry, 8 bytes of its user key after the prefix every key of the table
+/// shares, as a big-endian number. Entries whose numbers differ are
+/// ordered by them, so a lookup narrows its binary search in DRAM and
+/// reads PM only for the entries that tie — typically one or two nodes
+/// instead of log2(n). Built from nodes whose key checksums were checked.
+#[derive(Debug)]
+struct SearchIndex {
+    /// The user-key prefix every entry shares.
+    common: Vec<u8>,
+    keys: Box<[u64]>,
+}
+
+/// 8 bytes of `k` from `at` on, zero padded, as a big-endian number.
+#[inline]
+fn key_number(k: &[u8], at: usize) -> u64 {
+    let mut b = [0u8; 8];
+    if at < k.len() {
+        let n = (k.len() - at).min(8);
+        b[..n].copy_from_slice(&k[at..at + n]);
+    }
+    u64::from_be_bytes(b)
+}
+
+impl std::fmt::Debug for NvTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NvTable")
+            .field("id", &self.id)
+            .field("entries", &self.n)
+            .field("seq", &(self.seq_min..=self.seq_max))
+            .field("segments", &self.usage.len())
+            .finish()
+    }
+}
+
+/// Compares a node with a probe `(user key, tag)` in internal-key order.
+#[inline]
+fn cmp_node(node_key: &[u8], node_tag: u64, key: &[u8], tag: u64) -> Ordering {
+    node_key.cmp(key).then(tag.cmp(&node_tag))
+}
+
+impl NvTable {
+    /// Opens the table `meta` describes (module doc, "What `open` checks").
+    pub fn open(region: Arc<dyn PmRegion>, meta: &TableMeta, verify: bool) -> Result<NvTable> {
+        let name = region.name().to_string();
+        let Some(&array) = meta.pm_pages.first() else {
+            return Err(Error::corruption(
+                "MANIFEST",
+                0,
+                format!("NVTable {} lists no PM pages", meta.id),
+            ));
+        };
+        let at = array.first.saturating_mul(PAGE);
+        let h = read_table_header(region.as_ref(), array)?;
+        let bad = |off: u64, what: String| {
+            Error::corruption(
+                name.clone(),
+                off,
+                format!("NVTable {} (array at {at}): {what}", meta.id),
+            )
+        };
+        if (h.id, h.seq_min, h.seq_max, h.n) != (meta.id, meta.seq_min, meta.seq_max, meta.entries)
+        {
+            return Err(bad(
+                at + 16,
+                format!(
+                    "holds table {} with seqnos {}..={} and {} entries, the manifest says table {} with {}..={} and {}",
+                    h.id, h.seq_min, h.seq_max, h.n, meta.id, meta.seq_min, meta.seq_max, meta.entries
+                ),
+            ));
+        }
+        if u64::from(h.u) + 1 != meta.pm_pages.len() as u64 {
+            return Err(bad(
+                at + 48,
+                format!(
+                    "{} segments, the manifest lists {}",
+                    h.u,
+                    meta.pm_pages.len() - 1
+                ),
+            ));
+        }
+        let usage_at = at + TABLE_HEADER_BYTES + 8 * h.n;
+        let ub = region.slice(usage_at, (USAGE_BYTES * u64::from(h.u)) as usize)?;
+        let mut usage = Vec::with_capacity(h.u as usize);
+        for (i, e) in ub.chunks_exact(USAGE_BYTES as usize).enumerate() {
+            let u = Usage {
+                run: PageRun {
+                    first: format::u64_at(e, 0),
+                    count: u64::from(format::u32_at(e, 8)),
+                },
+                live_bytes: format::u32_at(e, 12),
+            };
+            if u.run != meta.pm_pages[i + 1]
+                || usage
+                    .last()
+                    .is_some_and(|p: &Usage| p.run.first >= u.run.first)
+                || u64::from(u.live_bytes) > u.run.count * PAGE
+            {
+                return Err(bad(
+                    usage_at + USAGE_BYTES * i as u64,
+                    format!(
+                        "usage entry {i} {:?} does not match the manifest's run {:?}",
+                        u,
+                        meta.pm_pages[i + 1]
+                    ),
+                ));
+            }
+            usage.push(u);
+        }
+        let t = NvTable {
+            region: Arc::clone(&region),
+            id: meta.id,
+            seq_min: h.seq_min,
+            seq_max: h.seq_max,
+            n: h.n as usize,
+            offsets_at: at + TABLE_HEADER_BYTES,
+            usage,
+            verify,
+            index: OnceLock::new(),
+        };
+        let offs = t.offsets()?;
+        for i in 0..t.n {
+            let o = format::u64_at(offs, 8 * i);
+            let ok = o.is_multiple_of(8) && t.segment_of(o).is_some_and(|u| o >= u.nodes_start());
+            if !ok {
+                return Err(bad(
+                    t.offsets_at + 8 * i as u64,
+                    format!("offset {i} = {o} is not inside one of the table's segments"),
+                ));
+            }
+        }
+        Ok(t)
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.n
+    }
+
+    /// True for a table without entries.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// The table id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The segments its nodes live in, with their live bytes.
+    pub fn usage(&self) -> &[Usage] {
+        &self.usage
+    }
+
+    /// The region.
+    pub fn region(&self) -> &Arc<dyn PmRegion> {
+        &self.region
+    }
+
+    /// Whether values are checksummed when read.
+    pub fn verify(&self) -> bool {
+        self.verify
+    }
+
+    fn offsets(&self) -> Result<&[u8]> {
+        self.region.slice(self.offsets_at, 8 * self.n)
+    }
+
+    /// The usage entry of the segment holding `at`.
+    pub fn segment_of(&self, at: u64) -> Option<&Usage> {
+        let i = self.usage.partition_point(|u| u.end() <= at);
+        self.usage.get(i).filter(|u| u.run.first * PAGE <= at)
+    }
+
+    /// Offset of entry `i`. REQUIRES: `i < len()`.
+    pub fn offset(&self, i: usize) -> Result<u64> {
+        let b = self.region.slice(self.offsets_at + 8 * i as u64, 8)?;
+        Ok(format::u64_at(b, 0))
+    }
+
+    /// The node at `at` (an offset of this table), checked.
+    pub fn node_at(&self, at: u64) -> Result<Node<'_>> {
+        let u = self.segment_of(at).ok_or_else(|| {
+            Error::corruption(
+                self.region.name(),
+                at,
+                format!("NVTable {}: node outside its segments", self.id),
+            )
+        })?;
+        Node::read(self.region.as_ref(), at, u.nodes_start(), u.end())
+    }
+
+    /// Entry `i`, checked. REQUIRES: `i < len()`.
+    pub fn node(&self, i: usize) -> Result<Node<'_>> {
+        self.node_at(self.offset(i)?)
+    }
+
+    /// The search index, built on first use (an error is returned and the
+    /// build retried next time).
+    fn search_index(&self) -> Result<&SearchIndex> {
+        if let Some(ix) = self.index.get() {
+            return Ok(ix);
+        }
+        let ix = if self.n == 0 {
+            SearchIndex {
+                common: Vec::new(),
+                keys: Box::new([]),
+            }
+        } else {
+            let first = self.node(0)?.key.to_vec();
+            let last = self.node(self.n - 1)?.key;
+            let lcp = first.iter().zip(last).take_while(|(a, b)| a == b).count();
+            let offs = self.offsets()?;
+            let mut keys = Vec::with_capacity(self.n);
+            for i in 0..self.n {
+                let node = self.node_at(format::u64_at(offs, 8 * i))?;
+                keys.push(key_number(node.key, lcp));
+            }
+            SearchIndex {
+                common: first[..lcp].to_vec(),
+                keys: keys.into_boxed_slice(),
+            }
+        };
+        let _ = self.index.set(ix);
+        self.index
+            .get()
+            .ok_or_else(|| Error::InvalidArgument("NVTable search index lost".into()))
+    }
+
+    /// The first entry `>=` the internal key `(user_key, tag)`.
+    pub fn seek_index(&self, user_key: &[u8], tag: u64) -> Result<usize> {
+        let ix = self.search_index()?;
+        let c = ix.common.len();
+        let (mut lo, mut hi) = match user_key.get(..c).map(|p| p.cmp(&ix.common)) {
+            // Every entry shares `common`: the key sorts before or after all.
+            Some(Ordering::Less) => return Ok(0),
+            Some(Ordering::Greater) => return Ok(self.n),
+            Some(Ordering::Equal) => {
+                let x = key_number(user_key, c);
+                (
+                    ix.keys.partition_point(|&k| k < x),
+                    ix.keys.partition_point(|&k| k <= x),
+                )
+            }
+            None => {
+                // Shorter than `common`: compare what it has.
+                return Ok(
+                    if ix.common.starts_with(user_key) || user_key < &ix.common[..] {
+                        0
+                    } else {
+                        self.n
+                    },
+                );
+            }
+        };
+        let offs = self.offsets()?;
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let node = self.node_at(format::u64_at(offs, 8 * mid))?;
+            if cmp_node(node.key, node.tag, user_key, tag) == Ordering::Less {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        Ok(lo)
+    }
+}
+
+impl TableReader for NvTable {
+    fn get(&self, user_key: &[u8], seq: SeqNo) -> Result<Option<Found>> {
+        let i = self.seek_index(user_key, key::pack_trailer(seq, Kind::MAX))?;
+        if i >= self.n {
+            return Ok(None);
+        }
+        let node = self.node(i)?;
+        if node.key != user_key {
+            return Ok(None);
+        }
+        let kind = node.kind();
+        let value = match kind {
+            Kind::Put => node.value(self.region.as_ref(), self.verify)?.to_vec(),
+            Kind::Delete => Vec::new(),
+        };
+        Ok(Some(Found {
+            seq: node.seq(),
+            kind,
+            value,
+        }))
+    }
+
+    fn iter(self: Arc<Self>, _fill_cache: bool) -> Box<dyn InternalIterator> {
+        Box::new(NvTableIter {
+            table: self,
+            pos: None,
+            key: Vec::new(),
+            value_at: 0,
+            vlen: 0,
+            err: None,
+        })
+    }
+}
+
+/// An iterator over one NVTable's offset array.
+pub struct NvTableIter {
+    table: Arc<NvTable>,
+    pos: Option<usize>,
+    /// The current internal key (user key ‖ trailer).
+    key: Vec<u8>,
+    value_at: u64,
+    vlen: usize,
+    err: Option<Error>,
+}
+
+impl NvTableIter {
+    fn load(&mut self, i: Option<usize>) {
+        self.pos = None;
+        let Some(i) = i.filter(|&i| i < self.table.n) else {
+            return;
+        };
+        let r = (|| {
+            let node = self.table.node(i)?;
+            if self.table.verify && node.kind() == Kind::Put {
+                node.value(self.table.region.as_ref(), true)?;
+            }
+            self.key.clear();
+            self.key.extend_from_slice(node.key);
+            self.key.extend_from_slice(&node.tag.to_le_bytes());
+            self.value_at = node.value_at();
+            self.vlen = node.vlen;
+            Ok(())
+        })();
+        match r {
+            Ok(()) => self.pos = Some(i),
+            Err(e) => {
+                self.err.get_or_insert(e);
+            }
+        }
+    }
+}
+
+impl InternalIterator for NvTableIter {
+    fn valid(&self) -> bool {
+        self.pos.is_some()
+    }
+    fn seek_to_first(&mut self) {
+        self.load(Some(0));
+    }
+    fn seek_to_last(&mut self) {
+        self.load(self.table.n.checked_sub(1));
+    }
+    fn seek(&mut self, target: &[u8]) {
+        let (uk, tag) = (key::user_key(target), key::trailer(target));
+        match self.table.seek_index(uk, tag) {
+            Ok(i) => self.load(Some(i)),
+            Err(e) => {
+                self.pos = None;
+                self.err.get_or_insert(e);
+            }
+        }
+    }
+    fn next(&mut self) {
+        let i = self.pos.map(|i| i + 1);
+        self.load(i);
+    }
+    fn prev(&mut self) {
+        let i = self.pos.and_then(|i| i.checked_sub(1));
+        self.load(i);
+    }
+    fn key(&self) -> &[u8] {
+        &self.key
+    }
+    fn value(&self) -> &[u8] {
+        if self.pos.is_none() {
+            return &[];
+        }
+        // In range: `load` read the node that holds it.
+        self.table
+            .region
+            .slice(self.value_at, self.vlen)
+            .unwrap_or(&[])
+    }
+    fn status(&self) -> Result<()> {
+        match &self.err {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Collects the entries of a new NVTable (in internal-key order) and
+/// writes its offset-array run.
+#[derive(Debug, Default)]
+pub struct TableBuild {
+    offsets: Vec<u64>,
+    usage: HashMap<u64, (u64, u64)>,
+    smallest: Vec<u8>,
+    largest: Vec<u8>,
+    seq_min: SeqNo,
+    seq_max: SeqNo,
+    deletions: u64,
+    node_bytes: u64,
+}
+
+/// A table written by [`TableBuild::finish`].
+#[derive(Debug)]
+pub struct Built {
+    /// Its metadata.
+    pub meta: TableMeta,
+    /// Bytes of its array run (what building it wrote).
+    pub array_bytes: u64,
+}
+
+impl TableBuild {
+    /// An empty build with room for `n` entries.
+    pub fn with_capacity(n: usize) -> TableBuild {
+        TableBuild {
+            offsets: Vec::with_capacity(n),
+            seq_min: SeqNo::MAX,
+            ..TableBuild::default()
+        }
+    }
+
+    /// Entries so far.
+    pub fn len(&self) -> usize {
+        self.offsets.len()
+    }
+
+    /// True before the first entry.
+    pub fn is_empty(&self) -> bool {
+        self.offsets.is_empty()
+    }
+
+    /// Bytes of the nodes so far.
+    pub fn node_bytes(&self) -> u64 {
+        self.node_bytes
+    }
+
+    /// Adds the node at `at` (of `size` bytes, in segment `seg`) holding
+    /// `(user_key, tag)`; entries come in internal-key order.
+    pub fn push(&mut self, at: u64, size: u64, seg: PageRun, user_key: &[u8], tag: u64) {
+        debug_assert!(
+            self.offsets.is_empty()
+                || key::compare_internal(&self.largest, &{
+                    let mut k = user_key.to_vec();
+                    k.extend_from_slice(&tag.to_le_bytes());
+                    k
+                })
+                .is_lt(),
+            "entries in internal-key order"
+        );
+        self.largest.clear();
+        self.largest.extend_from_slice(user_key);
+        self.largest.extend_from_slice(&tag.to_le_bytes());
+        if self.offsets.is_empty() {
+            self.smallest = self.largest.clone();
+        }
+        self.offsets.push(at);
+        let seq = tag >> 8;
+        self.seq_min = self.seq_min.min(seq);
+        self.seq_max = self.seq_max.max(seq);
+        if tag & 0xff == Kind::Delete as u64 {
+            self.deletions += 1;
+        }
+        self.node_bytes += size;
+        let e = self.usage.entry(seg.first).or_insert((seg.count, 0));
+        e.1 += size;
+    }
+
+    /// Lists segment `seg` in the table even if none of its nodes is
+    /// there (a log segment left empty: it goes when the table goes).
+    pub fn include(&mut self, seg: PageRun) {
+        self.usage.entry(seg.first).or_insert((seg.count, 0));
+    }
+
+    /// Writes the array run (waiting up to `wait` for PM) and returns the
+    /// table's metadata; `Ok(None)` if PM had no room in time.
+    pub fn finish(self, space: &Space, id: u64, wait: Duration) -> Result<Option<Built>> {
+        debug_assert!(!self.offsets.is_empty());
+        let mut usage: Vec<Usage> = self
+            .usage
+            .iter()
+            .map(|(&first, &(count, live))| Usage {
+                run: PageRun { first, count },
+                live_bytes: u32::try_from(live).unwrap_or(u32::MAX),
+            })
+            .collect();
+        usage.sort_unstable_by_key(|u| u.run.first);
+        let h = TableHeader {
+            id,
+            seq_min: self.seq_min,
+            seq_max: self.seq_max,
+            n: self.offsets.len() as u64,
+            u: usage.len() as u32,
+        };
+        let bytes = encode_table(&h, &self.offsets, &usage);
+        let pages = (bytes.len() as u64).div_ceil(PAGE);
+        let Some(run) = space.alloc(pages, wait)? else {
+            return Ok(None);
+        };
+        let at = run.first * PAGE;
+        let r = space
+            .region
+            .write(at, &bytes)
+            .and_then(|()| space.region.persist(at, bytes.len()));
+        if let Err(e) = r {
+            let _ = space.tier.free_pages(run);
+            return Err(e);
+        }
+        let mut pm_pages = Vec::with_capacity(usage.len() + 1);
+        pm_pages.push(run);
+        pm_pages.extend(usage.iter().map(|u| u.run));
+        let array_bytes = bytes.len() as u64;
+        Ok(Some(Built {
+            meta: TableMeta {
+                id,
+                tier: Tier::Pm,
+                format: TableFormat::NvTable,
+                size_bytes: self.node_bytes + array_bytes,
+                smallest: self.smallest,
+                largest: self.largest,
+                seq_min: self.seq_min,
+                seq_max: self.seq_max,
+                entries: self.offsets.len() as u64,
+                deletions: self.deletions,
+                pm_pages,
+            },
+            array_bytes,
+        }))
+    }
+}
+
+/// Size of a node from its lengths (re-exported for the flush).
+#[inline]
+pub fn entry_size(user_key: &[u8], value: &[u8]) -> u64 {
+    node_size(user_key.len(), value.len())
+}

@@ -1,0 +1,723 @@
+//! TLSM's background jobs: the byte-addressable compaction (Algorithm 2,
+//! PM → PM by linking), the PS copy compaction, the copy-forward of one
+//! list into a fresh buffer, and the jobs that write SSTs (compactions
+//! into SST levels, tier evictions); with the in-flight record that makes
+//! a PM-output job resumable, and its resume.
+//!
+//! # The in-flight record (MANIFEST design record)
+//!
+//! Before a PM-output job links its first node it records itself, in the
+//! region's version, under a design-record tag of its own
+//! (`JOB_TAG_BASE + i`, one tag per concurrently running job: the version
+//! keeps one value per tag, so concurrent jobs sharing one record would
+//! overwrite each other). The job's edit clears it (an empty value) in the
+//! same MANIFEST record that deletes the inputs and adds the outputs.
+//!
+//! ```text
+//!  u8 version = 1 | varint job id | varint output level | u8 kind (0 merge,
+//!  1 copy-forward) | u8 mode (0 link, 1 copy) | u8 flags (bit 0: tombstones
+//!  may drop) | varint smallest snapshot | varint cut target bytes |
+//!  varint slot first page | varint slot pages |
+//!  varint input count | count × (varint level, varint table id)
+//! ```
+//!
+//! Worked example: job 57 merging L0 lists #12 and #13 into L1 by linking,
+//! snapshot 900, 64 KiB outputs, slot at page 300 (1 page):
+//! `01 39 01 00 00 01 84 07 80 80 04 ac 02 01 02 00 0c 00 0d`.
+//!
+//! The slot run (format.rs) names each output's header before its first
+//! node is counted, and holds the grandparents the outputs are cut
+//! against, so a resume cuts exactly where the uninterrupted job would.
+//!
+//! # Resume (`Design::recover`)
+//!
+//! The engine reconciles the PM allocator before the resume; the runs the
+//! record references (the slot run, a copy-forward's buffer, each named
+//! output's header, node and directory runs) are declared live by
+//! `Design::live_pm_runs` (`Tlsm::job_runs`, with the reads and checks
+//! of the resume), so the resume's own allocations never land on them.
+//! With every input still in the version, the job is run again from the
+//! start of its merge with the recorded snapshot and grandparents; every
+//! entry it keeps is matched against the next node the slot's outputs
+//! already count (an output the slot names is reused, one closed before
+//! the crash is taken as it is), and linking continues after the last
+//! counted node. The result is the uninterrupted job's, node for node. An
+//! output that does not match (damage, or a deeper level that changed the
+//! fate of a tombstone) makes the job unresumable: the record is cleared,
+//! its pages go back at reconcile, and the inputs are compacted again later.
+//!
+//! # Concurrency
+//!
+//! Jobs run on background threads; the engine's busy set keeps their inputs
+//! apart. A job writes PM nobody reads until its edit is applied; the only
+//! shared state it touches is the design's tag pool, reap list and
+//! reference index (each behind its own lock).
+
+use std::cmp::Ordering;
+use std::sync::Arc;
+
+use super::build::{Item, Mode, Outputs, SlotRef, Unresumable};
+use super::format::{self, Layout, Origin, Slot};
+use super::list::{ListIter, SkipList};
+use crate::coding::{put_varint, Reader};
+use crate::compaction::MAX_GRANDPARENT_OVERLAP_FACTOR;
+use crate::error::{Error, Result};
+use crate::iter::InternalIterator;
+use crate::key::{self, compare_internal, Kind, SeqNo};
+use crate::storage::alloc::{PageRun, PAGE_SIZE_BYTES};
+use crate::storage::PmRegion;
+use crate::version::Version;
+
+const PAGE: u64 = PAGE_SIZE_BYTES;
+
+/// First design-record tag of in-flight jobs (`"TL\0\0"`).
+pub const JOB_TAG_BASE: u32 = 0x544c_0000;
+/// Tags reserved for in-flight jobs.
+pub const JOB_TAGS: u32 = 1024;
+
+/// True if `tag` is an in-flight job tag.
+pub fn is_job_tag(tag: u32) -> bool {
+    (JOB_TAG_BASE..JOB_TAG_BASE + JOB_TAGS).contains(&tag)
+}
+
+/// What kind of PM-output job a record describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobKind {
+    /// A merge of inputs into the output level.
+    Merge,
+    /// One list copied forward into a fresh buffer (or fresh inline nodes).
+    CopyForward,
+}
+
+/// The in-flight record of a PM-output job (module doc).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobRecord {
+    /// Job id (a file number).
+    pub job: u64,
+    /// Output level.
+    pub level: u32,
+    /// Kind.
+    pub kind: JobKind,
+    /// Link or copy.
+    pub mode: Mode,
+    /// Tombstones may be dropped (at their base level).
+    pub drop_tombstones: bool,
+    /// Smallest snapshot the merge kept entries for.
+    pub smallest_snapshot: SeqNo,
+    /// Outputs are cut at this size (`u64::MAX`: one output).
+    pub target_bytes: u64,
+    /// The slot run.
+    pub slot: PageRun,
+    /// Inputs: (level, table id).
+    pub inputs: Vec<(u32, u64)>,
+}
+
+impl JobRecord {
+    /// Encodes the record.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = vec![1u8];
+        put_varint(&mut b, self.job);
+        put_varint(&mut b, u64::from(self.level));
+        b.push(match self.kind {
+            JobKind::Merge => 0,
+            JobKind::CopyForward => 1,
+        });
+        b.push(match self.mode {
+            Mode::Link => 0,
+            Mode::Copy => 1,
+        });
+        b.push(u8::from(self.drop_tombstones));
+        put_varint(&mut b, self.smallest_snapshot);
+        put_varint(&mut b, self.target_bytes);
+        put_varint(&mut b, self.slot.first);
+        put_varint(&mut b, self.slot.count);
+        put_varint(&mut b, self.inputs.len() as u64);
+        for (l, id) in &self.inputs {
+            put_varint(&mut b, u64::from(*l));
+            put_varint(&mut b, *id);
+        }
+        b
+    }
+
+    /// Decodes a record; malformed bytes are corruption of the MANIFEST.
+    pub fn decode(b: &[u8]) -> Result<JobRecord> {
+        let bad = || Error::corruption("MANIFEST", 0, "TLSM in-flight job record is malformed");
+        let mut r = Reader::new(b);
+        if r.u8().ok_or_else(bad)? != 1 {
+            return Err(bad());
+        }
+        let job = r.varint().ok_or_else(bad)?;
+        let level = r.varint32().ok_or_else(bad)?;
+        let kind = match r.u8().ok_or_else(bad)? {
+            0 => JobKind::Merge,
+            1 => JobKind::CopyForward,
+            _ => return Err(bad()),
+        };
+        let mode = match r.u8().ok_or_else(bad)? {
+            0 => Mode::Link,
+            1 => Mode::Copy,
+            _ => return Err(bad()),
+        };
+        let drop_tombstones = match r.u8().ok_or_else(bad)? {
+            0 => false,
+            1 => true,
+            _ => return Err(bad()),
+        };
+        let smallest_snapshot = r.varint().ok_or_else(bad)?;
+        let target_bytes = r.varint().ok_or_else(bad)?;
+        let slot = PageRun {
+            first: r.varint().ok_or_else(bad)?,
+            count: r.varint().ok_or_else(bad)?,
+        };
+        let n = r.varint().ok_or_else(bad)?;
+        if n > b.len() as u64 || slot.count == 0 {
+            return Err(bad());
+        }
+        let mut inputs = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            inputs.push((r.varint32().ok_or_else(bad)?, r.varint().ok_or_else(bad)?));
+        }
+        if !r.is_empty() {
+            return Err(bad());
+        }
+        Ok(JobRecord {
+            job,
+            level,
+            kind,
+            mode,
+            drop_tombstones,
+            smallest_snapshot,
+            target_bytes,
+            slot,
+            inputs,
+        })
+    }
+}
+
+// ---------------------------------------------------------------- sources
+
+/// An input of a PM-output job: entries in internal-key order, with where
+/// each lives in PM.
+pub trait Source: Send {
+    /// Positioned on an entry.
+    fn valid(&self) -> bool;
+    /// Positions at the first entry.
+    fn seek_to_first(&mut self);
+    /// Next entry.
+    fn next(&mut self);
+    /// Internal key.
+    fn key(&self) -> &[u8];
+    /// Value.
+    fn value(&self) -> &[u8];
+    /// Region offset of the entry.
+    fn entry_off(&self) -> u64;
+    /// Bytes of the entry as stored.
+    fn entry_len(&self) -> u64;
+    /// The data run holding it.
+    fn data_run(&self) -> Option<PageRun>;
+    /// First error.
+    fn status(&self) -> Result<()>;
+}
+
+/// One list.
+pub struct ListSource {
+    it: ListIter,
+}
+
+impl ListSource {
+    /// A source over `list`.
+    pub fn new(list: &Arc<SkipList>) -> ListSource {
+        ListSource {
+            it: list.iter_list(),
+        }
+    }
+}
+
+impl Source for ListSource {
+    fn valid(&self) -> bool {
+        self.it.valid()
+    }
+    fn seek_to_first(&mut self) {
+        self.it.seek_to_first();
+    }
+    fn next(&mut self) {
+        self.it.next();
+    }
+    fn key(&self) -> &[u8] {
+        self.it.key()
+    }
+    fn value(&self) -> &[u8] {
+        self.it.value()
+    }
+    fn entry_off(&self) -> u64 {
+        self.it.entry_off()
+    }
+    fn entry_len(&self) -> u64 {
+        let (k, v) = (self.it.key().len(), self.it.value().len());
+        (if self.it.list().inline() {
+            format::inline_len(k, v)
+        } else {
+            format::entry_len(k, v)
+        }) as u64
+    }
+    fn data_run(&self) -> Option<PageRun> {
+        self.it.list().data_run_fast(self.it.entry_off())
+    }
+    fn status(&self) -> Result<()> {
+        self.it.status()
+    }
+}
+
+/// Sorted, disjoint lists of one level, one after the other.
+pub struct LevelSource {
+    lists: Vec<Arc<SkipList>>,
+    i: usize,
+    cur: Option<ListSource>,
+    err: Option<Error>,
+}
+
+impl LevelSource {
+    /// A source over `lists` (sorted by key, disjoint).
+    pub fn new(lists: Vec<Arc<SkipList>>) -> LevelSource {
+        LevelSource {
+            lists,
+            i: 0,
+            cur: None,
+            err: None,
+        }
+    }
+
+    fn skip(&mut self) {
+        while let Some(c) = &self.cur {
+            if c.valid() {
+                return;
+            }
+            if let Err(e) = c.status() {
+                self.err.get_or_insert(e);
+                self.cur = None;
+                return;
+            }
+            self.i += 1;
+            self.cur = self.lists.get(self.i).map(|l| {
+                let mut s = ListSource::new(l);
+                s.seek_to_first();
+                s
+            });
+        }
+    }
+}
+
+impl Source for LevelSource {
+    fn valid(&self) -> bool {
+        self.cur.as_ref().is_some_and(|c| c.valid())
+    }
+    fn seek_to_first(&mut self) {
+        self.i = 0;
+        self.cur = self.lists.first().map(|l| {
+            let mut s = ListSource::new(l);
+            s.seek_to_first();
+            s
+        });
+        self.skip();
+    }
+    fn next(&mut self) {
+        if let Some(c) = &mut self.cur {
+            c.next();
+        }
+        self.skip();
+    }
+    fn key(&self) -> &[u8] {
+        self.cur.as_ref().map_or(&[], |c| c.key())
+    }
+    fn value(&self) -> &[u8] {
+        self.cur.as_ref().map_or(&[], |c| c.value())
+    }
+    fn entry_off(&self) -> u64 {
+        self.cur.as_ref().map_or(0, |c| c.entry_off())
+    }
+    fn entry_len(&self) -> u64 {
+        self.cur.as_ref().map_or(0, |c| c.entry_len())
+    }
+    fn data_run(&self) -> Option<PageRun> {
+        self.cur.as_ref().and_then(|c| c.data_run())
+    }
+    fn status(&self) -> Result<()> {
+        if let Some(e) = &self.err {
+            return Err(e.clone());
+        }
+        self.cur.as_ref().map_or(Ok(()), |c| c.status())
+    }
+}
+
+/// The entries of one persistent buffer, in order (a copy-forward links
+/// its new list to the buffer it just wrote).
+pub struct BufferSource {
+    region: Arc<dyn PmRegion>,
+    run: PageRun,
+    start: u64,
+    end: u64,
+    pos: u64,
+    cur: Option<(u64, usize, u64, usize, u64)>,
+    err: Option<Error>,
+}
+
+impl BufferSource {
+    /// A source over the buffer in `run` (its header checked, and its
+    /// entries' crc).
+    pub fn open(region: Arc<dyn PmRegion>, run: PageRun) -> Result<BufferSource> {
+        let b = super::list::run_bytes(region.as_ref(), run)?;
+        let at = run.first * PAGE;
+        let h = format::decode_buffer_header(b)
+            .map_err(|(o, w)| Error::corruption(region.name(), at + o, w))?;
+        let end = format::BUFFER_HEADER_BYTES as u64 + h.entry_bytes;
+        if end > b.len() as u64 {
+            return Err(Error::corruption(
+                region.name(),
+                at + 24,
+                "persistent buffer overruns its run",
+            ));
+        }
+        if crc32c::crc32c(&b[format::BUFFER_HEADER_BYTES..end as usize]) != h.entries_crc {
+            return Err(Error::corruption(
+                region.name(),
+                at + format::BUFFER_HEADER_BYTES as u64,
+                "persistent buffer: entries checksum mismatch",
+            ));
+        }
+        Ok(BufferSource {
+            start: at + format::BUFFER_HEADER_BYTES as u64,
+            end: at + end,
+            pos: 0,
+            cur: None,
+            err: None,
+            region,
+            run,
+        })
+    }
+
+    fn load(&mut self) {
+        self.cur = None;
+        if self.pos >= self.end {
+            return;
+        }
+        let avail = (self.end - self.pos) as usize;
+        match self.region.slice(self.pos, avail.min(format::ENTRY_PROBE)) {
+            Ok(probe) => {
+                let lens = super::list::entry_prefix_len(probe);
+                match lens.filter(|&l| l <= avail) {
+                    Some(l) => match self
+                        .region
+                        .slice(self.pos, l)
+                        .ok()
+                        .and_then(format::entry_shape)
+                    {
+                        Some(s) => {
+                            self.cur = Some((
+                                self.pos + s.key_at as u64,
+                                s.key_len,
+                                self.pos + s.value_at as u64,
+                                s.value_len,
+                                s.len as u64,
+                            ))
+                        }
+                        None => self.fail(),
+                    },
+                    None => self.fail(),
+                }
+            }
+            Err(e) => {
+                self.err.get_or_insert(e);
+            }
+        }
+    }
+
+    fn fail(&mut self) {
+        self.err.get_or_insert(Error::corruption(
+            self.region.name(),
+            self.pos,
+            "persistent buffer: malformed entry",
+        ));
+        self.cur = None;
+    }
+}
+
+impl Source for BufferSource {
+    fn valid(&self) -> bool {
+        self.cur.is_some()
+    }
+    fn seek_to_first(&mut self) {
+        self.pos = self.start;
+        self.load();
+    }
+    fn next(&mut self) {
+        if let Some(c) = self.cur {
+            self.pos += c.4;
+            self.load();
+        }
+    }
+    fn key(&self) -> &[u8] {
+        self.cur
+            .and_then(|c| self.region.slice(c.0, c.1).ok())
+            .unwrap_or(&[])
+    }
+    fn value(&self) -> &[u8] {
+        self.cur
+            .and_then(|c| self.region.slice(c.2, c.3).ok())
+            .unwrap_or(&[])
+    }
+    fn entry_off(&self) -> u64 {
+        self.pos
+    }
+    fn entry_len(&self) -> u64 {
+        self.cur.map_or(0, |c| c.4)
+    }
+    fn data_run(&self) -> Option<PageRun> {
+        Some(self.run)
+    }
+    fn status(&self) -> Result<()> {
+        match &self.err {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A merge of sources by internal key (every entry of every source).
+pub struct Merge {
+    kids: Vec<Box<dyn Source>>,
+    cur: Option<usize>,
+}
+
+impl Merge {
+    /// A merge of `kids`.
+    pub fn new(kids: Vec<Box<dyn Source>>) -> Merge {
+        Merge { kids, cur: None }
+    }
+
+    fn pick(&mut self) {
+        let mut best: Option<usize> = None;
+        for (i, k) in self.kids.iter().enumerate() {
+            if k.valid() {
+                best = match best {
+                    Some(b) if compare_internal(k.key(), self.kids[b].key()) != Ordering::Less => {
+                        Some(b)
+                    }
+                    _ => Some(i),
+                };
+            }
+        }
+        self.cur = best;
+    }
+
+    fn seek_to_first(&mut self) {
+        for k in &mut self.kids {
+            k.seek_to_first();
+        }
+        self.pick();
+    }
+
+    /// True while positioned on an entry.
+    pub fn valid(&self) -> bool {
+        self.cur.is_some()
+    }
+
+    fn next(&mut self) {
+        if let Some(i) = self.cur {
+            self.kids[i].next();
+        }
+        self.pick();
+    }
+
+    fn top(&self) -> Option<&dyn Source> {
+        self.cur.map(|i| self.kids[i].as_ref())
+    }
+
+    fn status(&self) -> Result<()> {
+        self.kids.iter().try_for_each(|k| k.status())
+    }
+}
+
+// -------------------------------------------------------------- the loop
+
+/// leveldb's output cutting ([`crate::compaction::SizeCutter`]) over
+/// grandparents recorded as (largest internal key, bytes).
+pub struct GpCutter {
+    target: u64,
+    gps: Vec<(Vec<u8>, u64)>,
+    i: usize,
+    overlap: u64,
+    seen: bool,
+}
+
+impl GpCutter {
+    /// A cutter for outputs of `target` bytes over `gps` (sorted).
+    pub fn new(target: u64, gps: Vec<(Vec<u8>, u64)>) -> GpCutter {
+        GpCutter {
+            target,
+            gps,
+            i: 0,
+            overlap: 0,
+            seen: false,
+        }
+    }
+
+    /// Whether the open output closes before `ikey` (a new user key).
+    pub fn cut_before(&mut self, ikey: &[u8], open: Option<u64>) -> bool {
+        while self.i < self.gps.len() && compare_internal(ikey, &self.gps[self.i].0).is_gt() {
+            if self.seen {
+                self.overlap += self.gps[self.i].1;
+            }
+            self.i += 1;
+        }
+        self.seen = true;
+        let Some(open) = open else {
+            return false;
+        };
+        if self.overlap > self.target.saturating_mul(MAX_GRANDPARENT_OVERLAP_FACTOR) {
+            self.overlap = 0;
+            return true;
+        }
+        open >= self.target
+    }
+}
+
+/// Where tombstones may be dropped: below `level` of `version` nothing
+/// may hold the key (leveldb's rule 2).
+pub struct Base<'a> {
+    /// The version.
+    pub version: &'a Version,
+    /// The output level.
+    pub level: usize,
+}
+
+fn is_base_level_for_key(v: &Version, level: usize, user_key: &[u8], cursor: &mut [usize]) -> bool {
+    for (tables, c) in v.levels.iter().zip(cursor.iter_mut()).skip(level + 1) {
+        while *c < tables.len() && tables[*c].largest_user_key() < user_key {
+            *c += 1;
+        }
+        if *c < tables.len() && tables[*c].smallest_user_key() <= user_key {
+            return false;
+        }
+    }
+    true
+}
+
+/// Runs the merge into `outs` with the engine's dropping rules (shadowed
+/// entries every reader sees past; tombstones at their base level when
+/// `base` is given), cutting where `cutter` says.
+pub fn merge_into(
+    merge: &mut Merge,
+    outs: &mut Outputs<'_>,
+    cutter: &mut GpCutter,
+    smallest_snapshot: SeqNo,
+    base: Option<Base<'_>>,
+) -> Result<std::result::Result<(), Unresumable>> {
+    let mut cursor = vec![0usize; base.as_ref().map_or(0, |b| b.version.level_count())];
+    let mut cur_user_key: Vec<u8> = Vec::new();
+    let mut has_cur = false;
+    let mut last_seq = SeqNo::MAX;
+    merge.seek_to_first();
+    while let Some(s) = merge.top() {
+        let ikey = s.key();
+        let p = key::parse_internal_key(ikey).ok_or_else(|| {
+            Error::corruption("compaction input", s.entry_off(), "malformed internal key")
+        })?;
+        let new_user_key = !has_cur || p.user_key != cur_user_key.as_slice();
+        if new_user_key {
+            cur_user_key.clear();
+            cur_user_key.extend_from_slice(p.user_key);
+            has_cur = true;
+            last_seq = SeqNo::MAX;
+        }
+        let drop = if last_seq <= smallest_snapshot {
+            true
+        } else {
+            p.kind == Kind::Delete
+                && p.seq <= smallest_snapshot
+                && base.as_ref().is_some_and(|b| {
+                    is_base_level_for_key(b.version, b.level, p.user_key, &mut cursor)
+                })
+        };
+        last_seq = p.seq;
+        if !drop {
+            if new_user_key && cutter.cut_before(ikey, outs.open_bytes()) {
+                if let Err(u) = outs.cut() {
+                    return Ok(Err(u));
+                }
+            }
+            let item = Item {
+                ikey,
+                value: s.value(),
+                entry_off: s.entry_off(),
+                entry_len: s.entry_len(),
+                data_run: s.data_run(),
+            };
+            if let Err(u) = outs.add(&item) {
+                return Ok(Err(u));
+            }
+        }
+        merge.next();
+    }
+    merge.status()?;
+    Ok(Ok(()))
+}
+
+/// The slot of a job: its run and where its link words are.
+pub fn slot_ref(run: PageRun, link_offset: usize, capacity: u32) -> SlotRef {
+    let base = run.first * PAGE + link_offset as u64;
+    SlotRef {
+        run,
+        count_word: base,
+        buffer_word: base + 8,
+        outputs: base + 16,
+        capacity,
+    }
+}
+
+/// Writes and persists a new slot run for `slot`.
+pub fn write_slot(region: &Arc<dyn PmRegion>, run: PageRun, slot: &Slot) -> Result<SlotRef> {
+    let img = slot.encode();
+    region.write(run.first * PAGE, &img)?;
+    region.persist(run.first * PAGE, img.len())?;
+    let g = img.len() - 16 - 8 * slot.capacity as usize;
+    Ok(slot_ref(run, g, slot.capacity))
+}
+
+/// Reads a slot run: its static part, its link-word offsets, and the
+/// output headers it names.
+pub fn read_slot(region: &dyn PmRegion, run: PageRun) -> Result<(Slot, SlotRef, Vec<u64>, u64)> {
+    let b = super::list::run_bytes(region, run)?;
+    let (slot, w) = Slot::decode(b)
+        .map_err(|(o, what)| Error::corruption(region.name(), run.first * PAGE + o, what))?;
+    let r = slot_ref(run, w, slot.capacity);
+    let n = region.load_u64(r.count_word)?;
+    if n > u64::from(slot.capacity) {
+        return Err(Error::corruption(
+            region.name(),
+            r.count_word,
+            format!("compaction slot names {n} of {} outputs", slot.capacity),
+        ));
+    }
+    let mut outs = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        outs.push(region.load_u64(r.outputs + 8 * i)?);
+    }
+    let buffer = region.load_u64(r.buffer_word)?;
+    Ok((slot, r, outs, buffer))
+}
+
+/// The layout a job's outputs are written in.
+pub fn output_layout(mode: Mode, input: Layout) -> Layout {
+    match (mode, input) {
+        (Mode::Copy, _) => Layout::Ps,
+        (Mode::Link, l) => l,
+    }
+}
+
+/// The origin byte of a job kind.
+pub fn origin_of(kind: JobKind) -> Origin {
+    match kind {
+        JobKind::Merge => Origin::Compaction,
+        JobKind::CopyForward => Origin::CopyForward,
+    }
+}

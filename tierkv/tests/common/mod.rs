@@ -1,0 +1,5 @@
+//! Support shared by the integration tests (each test binary compiles
+//! this module and uses part of it).
+#![allow(dead_code)]
+
+pub mod crash;

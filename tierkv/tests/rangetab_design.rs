@@ -1,0 +1,268 @@
+//! `rangetab` end to end on the simulated PM tier: options refused at open
+//! naming the option, the boundary sources (explicit, the paper's prefix
+//! mapping, quantiles), hash index and binary search agreeing, merges
+//! emptying buffers that flushes then reuse, and the design's figures in
+//! `tierkv.stats`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tierkv::storage::mem::MemFs;
+use tierkv::storage::sim::SimRegion;
+use tierkv::storage::PmRegion;
+use tierkv::{Db, Error, Options, Preset, ReadOptions};
+
+const PM_BYTES: usize = 8 << 20;
+
+fn options(fs: &MemFs, sim: &Arc<SimRegion>) -> Options {
+    Options {
+        design: Preset::RangeTab,
+        fs: Arc::new(fs.clone()),
+        pm_region: Some(Arc::clone(sim) as Arc<dyn PmRegion>),
+        pm_size_bytes: PM_BYTES as u64,
+        memtable_size_bytes: 64 << 10,
+        sst_size_bytes: 64 << 10,
+        l1_size_bytes: 1 << 20,
+        level_size_multiplier: 4,
+        level_count: 4,
+        rangetab_count: 4,
+        rangetab_capacity_bytes: 64 << 10,
+        rangetab_boundaries: bounds(),
+        ..Options::default()
+    }
+}
+
+fn bounds() -> Vec<Vec<u8>> {
+    ["k0250", "k0500", "k0750"]
+        .iter()
+        .map(|b| b.as_bytes().to_vec())
+        .collect()
+}
+
+fn key(i: u32) -> Vec<u8> {
+    format!("k{:04}", (i * 7919) % 1000).into_bytes()
+}
+
+fn value(i: u32) -> Vec<u8> {
+    vec![(i % 251) as u8; 40 + (i as usize * 13) % 300]
+}
+
+fn gauge(db: &Db, name: &str) -> u64 {
+    db.stats()
+        .design
+        .iter()
+        .find(|(n, _)| n == name)
+        .map_or(0, |(_, v)| v.parse().expect("a count"))
+}
+
+fn open(o: Options) -> Db {
+    Db::open(PathBuf::from("/db"), o).unwrap_or_else(|e| panic!("open: {e}"))
+}
+
+fn refused(r: Result<Db, Error>, option: &str) {
+    match r {
+        Err(Error::InvalidOptions(m)) => assert!(m.contains(option), "{m}"),
+        Err(e) => panic!("expected InvalidOptions naming {option}, got {e}"),
+        Ok(_) => panic!("expected {option} to be refused"),
+    }
+}
+
+/// Writes `n` keys from `start` (every 9th a delete) into `db` and `m`.
+fn fill(db: &Db, m: &mut BTreeMap<Vec<u8>, Vec<u8>>, start: u32, n: u32) {
+    for i in start..start + n {
+        if i % 9 == 4 {
+            db.delete(&key(i)).expect("delete");
+            m.remove(&key(i));
+        } else {
+            db.put(&key(i), &value(i)).expect("put");
+            m.insert(key(i), value(i));
+        }
+    }
+}
+
+fn check(db: &Db, m: &BTreeMap<Vec<u8>, Vec<u8>>) {
+    for i in 0..1000u32 {
+        let k = format!("k{i:04}").into_bytes();
+        assert_eq!(db.get(&k).expect("get").as_ref(), m.get(&k), "get {i}");
+    }
+    let mut it = db.iter(ReadOptions::default()).expect("iter");
+    it.seek_to_first();
+    let mut got = BTreeMap::new();
+    while it.valid() {
+        got.insert(it.key().to_vec(), it.value().to_vec());
+        it.next();
+    }
+    it.status().expect("scan");
+    assert_eq!(&got, m, "scan");
+    // Reverse and seek across RangeTab boundaries.
+    let mut it = db.iter(ReadOptions::default()).expect("iter");
+    it.seek(b"k0500");
+    assert_eq!(
+        it.valid().then(|| it.key().to_vec()),
+        m.range(b"k0500".to_vec()..).next().map(|(k, _)| k.clone())
+    );
+    it.seek_to_last();
+    let mut back = Vec::new();
+    while it.valid() {
+        back.push(it.key().to_vec());
+        it.prev();
+    }
+    back.reverse();
+    assert_eq!(back, m.keys().cloned().collect::<Vec<_>>(), "reverse scan");
+}
+
+#[test]
+fn options_are_refused_naming_the_option() {
+    let fs = MemFs::new();
+    let sim = Arc::new(SimRegion::new(PM_BYTES));
+    let o = options(&fs, &sim);
+    refused(
+        Db::open(
+            "/db",
+            Options {
+                regions: 2,
+                ..o.clone()
+            },
+        ),
+        "regions",
+    );
+    refused(
+        Db::open(
+            "/db",
+            Options {
+                rangetab_alpha: 0.95,
+                ..o.clone()
+            },
+        ),
+        "rangetab_alpha",
+    );
+    refused(
+        Db::open(
+            "/db",
+            Options {
+                rangetab_count: 3,
+                ..o.clone()
+            },
+        ),
+        "rangetab_boundaries",
+    );
+    refused(
+        Db::open(
+            "/db",
+            Options {
+                rangetab_boundaries: Vec::new(),
+                rangetab_count: 400,
+                rangetab_capacity_bytes: 1 << 20,
+                ..o.clone()
+            },
+        ),
+        "rangetab_count",
+    );
+    // Fixed at creation: reopening with other sizes or boundaries is refused.
+    drop(open(o.clone()));
+    refused(
+        Db::open(
+            "/db",
+            Options {
+                rangetab_capacity_bytes: 128 << 10,
+                ..o.clone()
+            },
+        ),
+        "rangetab_capacity_bytes",
+    );
+    let mut other = bounds();
+    other[0] = b"k0100".to_vec();
+    refused(
+        Db::open(
+            "/db",
+            Options {
+                rangetab_boundaries: other,
+                ..o.clone()
+            },
+        ),
+        "rangetab_boundaries",
+    );
+    // Automatic sizes take what the database was created with.
+    drop(open(Options {
+        rangetab_count: 0,
+        rangetab_capacity_bytes: 0,
+        rangetab_boundaries: Vec::new(),
+        ..o
+    }));
+}
+
+#[test]
+fn boundary_sources_hash_index_and_reuse() {
+    for (name, tweak) in [
+        (
+            "explicit",
+            Box::new(|_: &mut Options| {}) as Box<dyn Fn(&mut Options)>,
+        ),
+        (
+            "binary search",
+            Box::new(|o: &mut Options| o.rangetab_hash_index = false),
+        ),
+        (
+            "prefix (one RangeTab takes every key)",
+            Box::new(|o: &mut Options| {
+                o.rangetab_boundaries.clear();
+                o.rangetab_prefix_bytes = 4;
+            }),
+        ),
+        (
+            "quantiles",
+            Box::new(|o: &mut Options| o.rangetab_boundaries.clear()),
+        ),
+    ] {
+        let t0 = std::time::Instant::now();
+        let fs = MemFs::new();
+        let sim = Arc::new(SimRegion::new(PM_BYTES));
+        let mut o = options(&fs, &sim);
+        tweak(&mut o);
+        let db = open(o.clone());
+        let mut m = BTreeMap::new();
+        // Enough to fill buffers several times: seals, merges, reuse.
+        for round in 0..12 {
+            fill(&db, &mut m, round * 400, 400);
+            db.flush().expect("flush");
+        }
+        check(&db, &m);
+        let merges = db
+            .stats()
+            .compactions
+            .iter()
+            .filter(|c| c.kind.starts_with("rt-"))
+            .count() as u64;
+        let exclusive = gauge(&db, "rangetab.exclusive_flushes");
+        assert!(
+            merges + exclusive > 0,
+            "{name}: nothing ever left the RangeTabs"
+        );
+        assert!(gauge(&db, "rangetab.chunks_appended") > 12, "{name}");
+        if o.rangetab_hash_index {
+            assert!(gauge(&db, "rangetab.hash_index_bytes") > 0, "{name}");
+        } else {
+            assert_eq!(gauge(&db, "rangetab.hash_index_bytes"), 0, "{name}");
+        }
+        let table = db.property("tierkv.stats").expect("stats");
+        assert!(table.contains("rangetab.hash_index_bytes"), "{table}");
+        db.close().expect("close");
+        // After a restart the indexes are rebuilt on first read.
+        let db = open(o);
+        check(&db, &m);
+        db.compact_range(None, None).expect("compact");
+        check(&db, &m);
+        assert_eq!(
+            db.property("tierkv.num-files-at-level0").as_deref(),
+            Some("0"),
+            "{name}: compact_range empties L0"
+        );
+        eprintln!(
+            "{name}: {merges} merges, {exclusive} exclusive flushes, {:?}; {:?}",
+            t0.elapsed(),
+            db.stats().design
+        );
+        db.close().expect("close");
+    }
+}
