@@ -232,7 +232,11 @@ impl ManifestState {
             }
         }
         for (tag, bytes) in &e.design_records {
-            r.design_state.insert(*tag, bytes.clone());
+            if bytes.is_empty() {
+                r.design_state.remove(tag);
+            } else {
+                r.design_state.insert(*tag, bytes.clone());
+            }
         }
         if let Some(n) = e.log_number {
             r.log_number = n;

@@ -467,7 +467,12 @@ impl Version {
             }
         }
         for (tag, bytes) in &e.design_records {
-            v.design_state.insert(*tag, bytes.clone());
+            // An empty record removes the tag (its owner has no state).
+            if bytes.is_empty() {
+                v.design_state.remove(tag);
+            } else {
+                v.design_state.insert(*tag, bytes.clone());
+            }
         }
         v.sort_levels();
         v.check_invariants()?;
