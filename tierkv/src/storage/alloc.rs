@@ -33,7 +33,10 @@
 //!  +--------+-----------+------------+-----+-----+----------+
 //!   id magic = "tkvPMid\0"; crc = crc32c(bytes 48..72); owner = the id of
 //!   the database the region belongs to (0: none yet), one aligned 8-byte
-//!   word outside the crc, so binding the region is one atomic store.
+//!   word outside the crc, so binding the region is one atomic store: a
+//!   database id has 56 bits, and the owner word's top byte is a CRC-8 of
+//!   the low seven (`owner_word`), so a damaged word is corruption, not
+//!   another database.
 //!
 //!  bitmap: u64 little-endian words; page p is bit (p % 64) of word p / 64,
 //!  at region offset 4096 * bitmap_first_page + 8 * (p / 64); 1 = allocated.
@@ -122,7 +125,8 @@ const PAGES_PER_BITMAP_PAGE: u64 = PAGE_SIZE_BYTES * 8;
 /// Bytes of the superblock that carry data (the rest of page 0 is zero).
 const SUPERBLOCK_BYTES: usize = 48;
 /// The identity block: offset, magic and field offsets (module doc).
-const ID_OFFSET: u64 = 48;
+/// Offset of the identity block in the region.
+pub const ID_OFFSET: u64 = 48;
 const ID_MAGIC: u64 = u64::from_le_bytes(*b"tkvPMid\0");
 const ID_BYTES: usize = 40;
 const ID_CRC_END: usize = 24;
@@ -162,39 +166,96 @@ pub fn read_identity(region: &dyn PmRegion) -> Result<Option<RegionIdentity>> {
     }
     let mut b = [0u8; ID_BYTES];
     region.read(ID_OFFSET, &mut b)?;
-    let magic = u64_at(&b, 0);
+    decode_identity(region.name(), &b)
+}
+
+/// The identity in the first bytes of a region file (`head`: at least its
+/// first [`IDENTITY_END`] bytes, read by the caller), as
+/// [`read_identity`] gives it; `name` names the region in errors.
+pub fn identity_from_head(name: &str, head: &[u8]) -> Result<Option<RegionIdentity>> {
+    match head.get(ID_OFFSET as usize..IDENTITY_END) {
+        Some(b) => decode_identity(name, b),
+        None => Ok(None),
+    }
+}
+
+/// Bytes of a region file that [`identity_from_head`] needs.
+pub const IDENTITY_END: usize = ID_OFFSET as usize + ID_BYTES;
+
+fn decode_identity(name: &str, b: &[u8]) -> Result<Option<RegionIdentity>> {
+    let magic = u64_at(b, 0);
     if magic == 0 {
         return Ok(None);
     }
     if magic != ID_MAGIC {
         return Err(Error::corruption(
-            region.name(),
+            name,
             ID_OFFSET,
             format!("bad PM region identity magic {magic:#018x}"),
         ));
     }
-    let stored = u32_at(&b, ID_CRC_END);
+    let stored = u32_at(b, ID_CRC_END);
     let computed = crc32c::crc32c(&b[..ID_CRC_END]);
     if stored != computed {
         return Err(Error::corruption(
-            region.name(),
+            name,
             ID_OFFSET + ID_CRC_END as u64,
             format!("PM region identity checksum mismatch: stored {stored:#010x}, computed {computed:#010x}"),
         ));
     }
+    let word = u64_at(b, 32);
+    let owner = word & DB_ID_MASK;
+    if word != 0 && (owner == 0 || owner_word(owner) != word) {
+        return Err(Error::corruption(
+            name,
+            ID_OWNER,
+            format!("PM region owner word {word:#018x} fails its check byte"),
+        ));
+    }
     let id = RegionIdentity {
-        region_id: u64_at(&b, 8),
-        size_bytes: u64_at(&b, 16),
-        owner: u64_at(&b, 32),
+        region_id: u64_at(b, 8),
+        size_bytes: u64_at(b, 16),
+        owner,
     };
     if id.region_id == 0 {
         return Err(Error::corruption(
-            region.name(),
+            name,
             ID_OFFSET + 8,
             "PM region identity holds region id 0",
         ));
     }
     Ok(Some(id))
+}
+
+/// Database ids (the owner a region records) have 56 bits.
+const DB_ID_MASK: u64 = (1 << 56) - 1;
+
+/// A random non-zero 56-bit database id.
+pub fn random_db_id() -> Result<u64> {
+    loop {
+        let id = random_id()? & DB_ID_MASK;
+        if id != 0 {
+            return Ok(id);
+        }
+    }
+}
+
+/// The stored owner word of database `owner` (56 bits): the id, and in the
+/// top byte a CRC-8 (polynomial 0x07) of its seven low bytes, which detects
+/// every change of up to eight adjacent bits.
+fn owner_word(owner: u64) -> u64 {
+    let mut crc: u8 = 0;
+    for byte in &owner.to_le_bytes()[..7] {
+        crc ^= byte;
+        for _ in 0..8 {
+            crc = if crc & 0x80 != 0 {
+                (crc << 1) ^ 0x07
+            } else {
+                crc << 1
+            };
+        }
+    }
+    owner | (u64::from(crc) << 56)
 }
 
 /// The identity block of a region `region_id` of `size_bytes`, owner 0.
@@ -606,14 +667,24 @@ impl PageAllocator {
         self.bytes_written
             .fetch_add(ID_BYTES as u64, std::sync::atomic::Ordering::Relaxed);
         self.identity()?.ok_or_else(|| {
-            Error::corruption(self.region.name(), ID_OFFSET, "PM region identity did not stick")
+            Error::corruption(
+                self.region.name(),
+                ID_OFFSET,
+                "PM region identity did not stick",
+            )
         })
     }
 
     /// Records `owner` (a database id) as the region's owner: one atomic,
     /// persisted 8-byte store.
     pub fn bind(&self, owner: u64) -> Result<()> {
-        self.region.write(ID_OWNER, &owner.to_le_bytes())?;
+        if owner & !DB_ID_MASK != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "database id {owner:#x} has more than 56 bits"
+            )));
+        }
+        let word = if owner == 0 { 0 } else { owner_word(owner) };
+        self.region.write(ID_OWNER, &word.to_le_bytes())?;
         self.region.persist(ID_OWNER, 8)?;
         self.bytes_written
             .fetch_add(8, std::sync::atomic::Ordering::Relaxed);
