@@ -7,7 +7,7 @@
 //!   scan [--from K] [--to K] [--prefix P] [--reverse] [--limit N] [--keys-only]
 //!   stats | compact [--from K] [--to K] | checkpoint DIR [--checkpoint-pm-dir DIR]
 //!   manifest | wal [--full] | sst FILE|ID [--limit N] | pm | verify
-//!   repair
+//!   repair | migrate --to NAME [--to-pm-dir DIR]
 //! ```
 //!
 //! The design is read from the MANIFEST (its identity record, or for older
@@ -22,7 +22,8 @@
 //! `manifest`, `wal`, `sst`, `pm` and `verify` only read its files and PM
 //! region. `repair` rebuilds a database whose MANIFEST is damaged or lost
 //! (`Db::repair`; the design from `--design` when the MANIFEST cannot tell
-//! it). Output is for people by default, JSON with `--json`. Exit status: 0
+//! it). `migrate` moves a database to a design that cannot open it as it is
+//! (its data in another PM layout: `Db::migrate`). Output is for people by default, JSON with `--json`. Exit status: 0
 //! done, 1 failure (or a key not found, or damage found), 2 bad usage.
 
 #![warn(clippy::unwrap_used)]
@@ -148,6 +149,21 @@ enum Cmd {
     /// could not be. Without a readable MANIFEST, give --design (the
     /// database is rebuilt with one region).
     Repair,
+    /// Move the database to design --to when that design cannot open it as
+    /// it is (its data sits in another PM layout): flush, compact its PM
+    /// data down to SSD under its own design, then switch (Db::migrate;
+    /// crash-safe: a crash leaves either design's database, whole). Needs
+    /// nothing for a switch that opens as is (an SSD-only database to a PM
+    /// design opens with an empty PM tier).
+    Migrate {
+        /// The design to move to.
+        #[arg(long, value_parser = parse_design)]
+        to: Preset,
+        /// The new design's PM directory, if it keeps data in PM (default:
+        /// --pm-dir, the database's own).
+        #[arg(long = "to-pm-dir")]
+        to_pm_dir: Option<PathBuf>,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -350,6 +366,54 @@ fn run(cli: &Cli, o: &mut Output) -> Res<()> {
                 s.wal_bytes,
                 s.pm_bytes,
                 s.last_seqno
+            ));
+            Ok(())
+        }
+        Cmd::Migrate { to, to_pm_dir } => {
+            let dir = g.db_dir()?;
+            let (from, inference) =
+                tierkv::inspect::options_for(dir, g.pm_dir.as_deref(), g.design)?;
+            if !inference.how.starts_with("recorded") {
+                o.note(&format!("design {} ({})", from.design, inference.how));
+            }
+            let mut target = tierkv::Options::for_design(*to);
+            target.level_count = from.level_count;
+            target.regions = from.regions;
+            target.region_boundaries = from.region_boundaries.clone();
+            if to.needs_pm() {
+                let pm = to_pm_dir.clone().or_else(|| g.pm_dir.clone()).ok_or_else(|| {
+                    tierkv::Error::InvalidOptions(format!(
+                        "design `{to}` keeps data in PM: give its PM directory (--to-pm-dir or --pm-dir)"
+                    ))
+                })?;
+                target.pm_size_bytes = match std::fs::metadata(pm.join("pm.region")) {
+                    Ok(m) => m.len(),
+                    Err(_) => g.pm_size,
+                };
+                target.pm_dir = Some(pm);
+                // Memtables of a quarter of the region at most, as
+                // `inspect::options_for` sizes them.
+                let fit = usize::try_from(target.pm_size_bytes / 4).unwrap_or(usize::MAX);
+                target.memtable_size_bytes = target.memtable_size_bytes.min(fit.max(64 << 10));
+            }
+            let r = Db::migrate(dir, from, target)?;
+            o.json(json!({
+                "from": r.from.map(|p| p.name()),
+                "to": r.to.map(|p| p.name()),
+                "moved_pm_data": r.moved_pm_data,
+                "ssd_bytes": r.ssd_bytes,
+            }));
+            o.line(&format!(
+                "{}: {} -> {}{}; {} bytes of SSTs",
+                dir.display(),
+                r.from.map_or("?", |p| p.name()),
+                r.to.map_or("?", |p| p.name()),
+                if r.moved_pm_data {
+                    ", its PM data moved to SSD"
+                } else {
+                    " (opened as it was)"
+                },
+                r.ssd_bytes
             ));
             Ok(())
         }

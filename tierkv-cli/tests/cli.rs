@@ -471,3 +471,55 @@ fn repair_rebuilds_a_triangle_database_from_its_pm_tier_and_tables() {
     );
     assert!(ok(&tierkv(&db, Some(&pm), &["verify"])).contains("no damage"));
 }
+
+/// A `triangle` database is refused by `classic` naming both designs;
+/// `tierkv migrate --to classic` moves it, and it opens without a PM tier;
+/// `migrate --to triangle` takes it back onto a PM directory.
+#[test]
+fn migrate_moves_a_pm_database_to_ssd_and_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (db, pm) = triangle_db(tmp.path());
+    let e = failed(&tierkv(
+        &db,
+        Some(&pm),
+        &["--design", "classic", "get", "key000042"],
+    ));
+    assert!(
+        e.contains("`triangle`") && e.contains("`classic`") && e.contains("migrate"),
+        "{e}"
+    );
+    let m = json(&tierkv(
+        &db,
+        Some(&pm),
+        &["--json", "migrate", "--to", "classic"],
+    ));
+    assert_eq!(
+        (m["from"].as_str(), m["to"].as_str()),
+        (Some("triangle"), Some("classic"))
+    );
+    assert_eq!(m["moved_pm_data"], true);
+    assert_eq!(
+        ok(&tierkv(&db, None, &["--hex", "get", "6b6579303030303432"])).len(),
+        1025
+    );
+    let pm2 = tmp.path().join("pm2");
+    let m = json(&tierkv(
+        &db,
+        None,
+        &[
+            "--json",
+            "--pm-size",
+            "16777216",
+            "migrate",
+            "--to",
+            "triangle",
+            "--to-pm-dir",
+            pm2.to_str().unwrap(),
+        ],
+    ));
+    assert_eq!(m["moved_pm_data"], false);
+    let n = ok(&tierkv(&db, Some(&pm2), &["scan", "--keys-only"]))
+        .lines()
+        .count();
+    assert_eq!(n, 6000);
+}

@@ -28,8 +28,8 @@ pub mod wal;
 
 pub use batch::WriteBatch;
 pub use db::{
-    CheckpointOptions, CheckpointStats, Db, Range, ReadOptions, RepairReport, Snapshot,
-    WriteOptions,
+    CheckpointOptions, CheckpointStats, Db, MigrateReport, Range, ReadOptions, RepairReport,
+    Snapshot, WriteOptions,
 };
 pub use error::{Error, Result};
 pub use iter::DbIterator;

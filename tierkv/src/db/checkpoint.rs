@@ -46,10 +46,10 @@ use std::time::Duration;
 use super::{Db, Inner};
 use crate::error::{Error, Result};
 use crate::stats::Tier;
-use crate::storage::alloc::PageAllocator;
-use crate::storage::alloc::PageRun;
+use crate::storage::alloc::{random_db_id, PageAllocator, PageRun};
 use crate::storage::pm::REGION_FILE_NAME;
 use crate::storage::{copy_file, open_pm_region, FileSystem, PmRegion, WriteHint};
+use crate::version::edit::PmRegionRef;
 use crate::version::set::{install_snapshot_manifest, wal_name};
 use crate::wal::PmLog;
 
@@ -315,11 +315,27 @@ impl Db {
 
         // 4. The copy's manifest: the captured state, numbered above every
         // file it names.
+        // The copy is a database of its own: a new id, and its own PM
+        // region (`db/identity.rs`), named as owner once the manifest is in.
         let mut group = cp.group;
         let number = group[0].next_file_number.unwrap_or(1).max(1);
         group[0].next_file_number = Some(number + 1);
         stats.last_seqno = group[0].last_seqno.unwrap_or(0);
+        let db_id = random_db_id()?;
+        let mut identity = group[0].identity.clone().unwrap_or_default();
+        identity.db_id = Some(db_id);
+        identity.pm_region = match &target {
+            Some((region, alloc)) => Some(PmRegionRef {
+                region_id: alloc.adopt_identity()?.region_id,
+                size_bytes: region.len(),
+            }),
+            None => None,
+        };
+        group[0].identity = Some(identity);
         install_snapshot_manifest(fs, dir, number, &group)?;
+        if let Some((_, alloc)) = &target {
+            alloc.bind(db_id)?;
+        }
         Ok(stats)
     }
 }

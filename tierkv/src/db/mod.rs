@@ -57,7 +57,7 @@ use crate::error::{Error, Result};
 use crate::iter::{DbIterator, InternalIterator, MergingIterator};
 use crate::key::{Kind, SeqNo};
 use crate::memtable::MemTable;
-use crate::options::Options;
+use crate::options::{Options, Preset};
 use crate::stats::{Stats, StatsRecorder};
 use crate::storage::pm::PmTier;
 use crate::storage::{FileLock, FileSystem};
@@ -67,7 +67,9 @@ use crate::wal::{LogWriter, PmWals};
 
 mod checkpoint;
 mod control;
+pub mod identity;
 mod jobs;
+pub mod migrate;
 mod obsolete;
 mod properties;
 mod range;
@@ -78,6 +80,7 @@ mod write;
 
 pub use checkpoint::{CheckpointOptions, CheckpointStats};
 use control::{Pacer, RateMeter, WriteController};
+pub use migrate::MigrateReport;
 pub use range::Range;
 use region::{Regions, Router};
 pub use repair::RepairReport;
@@ -199,6 +202,8 @@ struct Inner {
     last_seq: AtomicU64,
     snapshots: Arc<Mutex<BTreeMap<SeqNo, usize>>>,
     _lock: Box<dyn FileLock>,
+    /// The PM directory's lock (`identity.rs`), with `pm_dir`.
+    _pm_lock: Option<crate::storage::pm::PmLock>,
 }
 
 /// An open database. `Send + Sync`: share it with `Arc<Db>`.
@@ -265,7 +270,20 @@ impl Db {
         repair::repair(dir.as_ref(), options)
     }
 
+    /// Moves the database in `dir`, made by the design of `from`, to the
+    /// design of `to`, where `to` cannot open it as it is (its data sits in
+    /// another PM layout): its PM data goes to SSD first. See [`migrate`].
+    pub fn migrate(dir: impl AsRef<Path>, from: Options, to: Options) -> Result<MigrateReport> {
+        migrate::migrate(dir.as_ref(), from, to)
+    }
+
     fn open_inner(dir: &Path, options: Options, factory: Option<&DesignFactory>) -> Result<Db> {
+        // An SSD-only database opened by a PM design: its tables above the
+        // last level move down first, under its own design (`identity.rs`,
+        // "The upgrade").
+        if let Some(from) = identity::upgrade_from(options.fs.as_ref(), dir, &options)? {
+            migrate::compact_to_last_level(dir, &options, from)?;
+        }
         let inner = recovery::open(dir, options, factory)?;
         let threads = jobs::start_background(&inner);
         Ok(Db {
@@ -418,10 +436,17 @@ impl Db {
     /// corruption at the next open, not a torn tail
     /// (`docs/format/manifest.md` §6).
     pub fn close(self) -> Result<()> {
-        self.shutdown()
+        self.shutdown(None)
     }
 
-    fn shutdown(&self) -> Result<()> {
+    /// Closes the database as [`Db::close`] does, after one more MANIFEST
+    /// record that leaves it to design `to` with nothing in PM
+    /// ([`Inner::detach_pm`]): the last step of a migration.
+    pub(crate) fn close_detached(self, to: Preset) -> Result<()> {
+        self.shutdown(Some(to))
+    }
+
+    fn shutdown(&self, detach: Option<Preset>) -> Result<()> {
         {
             let mut st = self.inner.state.lock();
             if st.shutting_down {
@@ -437,11 +462,18 @@ impl Db {
         // Wait for queued writers to drain, then make the log durable and
         // seal it.
         let _w = self.inner.writers.lock();
-        let r = self.inner.sync_closed_logs().and_then(|()| {
-            let mut log = self.inner.log.lock();
-            log.sync()?;
-            log.seal()
-        });
+        let r = self
+            .inner
+            .sync_closed_logs()
+            .and_then(|()| {
+                let mut log = self.inner.log.lock();
+                log.sync()?;
+                log.seal()
+            })
+            .and_then(|()| match detach {
+                Some(to) => self.inner.detach_pm(to),
+                None => Ok(()),
+            });
         self.inner.release_obsolete();
         // Record a clean close (CLOSED: the manifest's and the WALs'
         // lengths) only if everything got out whole.
@@ -456,7 +488,7 @@ impl Db {
 
 impl Drop for Db {
     fn drop(&mut self) {
-        let _ = self.shutdown();
+        let _ = self.shutdown(None);
     }
 }
 

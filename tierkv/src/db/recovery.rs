@@ -1,7 +1,10 @@
 //! Open: everything between `Db::open` and the first write.
 //!
 //! 1. Lock the directory; refuse a foreign directory or a missing database
-//!    (`create_if_missing`), or an existing one (`error_if_exists`).
+//!    (`create_if_missing`), or an existing one (`error_if_exists`); lock
+//!    the PM directory and check who the database is against the options
+//!    (`identity.rs`: its design, its PM region and the region's owner),
+//!    all before anything is written.
 //! 2. Map the PM tier (if any) and build the design, which registers how
 //!    its PM tables are read (`Design::install`).
 //! 3. Read the MANIFEST (`VersionSet::recover`), or create one.
@@ -16,9 +19,11 @@
 //!    back), and the engine's last seqno covers every table they added.
 //! 6. Replay the engine's WALs the MANIFEST does not cover into tables
 //!    (a design-owned log is the design's to adopt in step 5).
-//! 7. Start a new log; one MANIFEST record adds the replayed tables and
-//!    retires the replayed logs, so a crash during replay replays the same
-//!    logs again instead of duplicating them.
+//! 7. Start a new log; one MANIFEST record adds the replayed tables,
+//!    retires the replayed logs (so a crash during replay replays the same
+//!    logs again instead of duplicating them) and records the identity the
+//!    database opened with; then the PM region names the database as its
+//!    owner.
 //! 8. Release the tables durable edits removed; reconcile again (step 7
 //!    freed PM WALs).
 //! 9. Last, so that an open that fails deletes nothing: remove the files
@@ -58,6 +63,7 @@ use crate::version::TableContext;
 use crate::wal::{self, PmWals};
 
 use super::control::{Pacer, RateMeter, WriteController};
+use super::identity;
 use super::obsolete::Salvage;
 use super::region::{Regions, Router};
 use super::write::new_log;
@@ -91,6 +97,11 @@ pub(super) fn open(
         }
     }
 
+    // Who the database is, against the options: refused here, before
+    // anything is written (`identity.rs`).
+    let admitted = identity::admit(fs.as_ref(), &dir, exists, &options)?;
+    let mut db_identity = admitted.identity.clone();
+
     let stats = Arc::new(StatsRecorder::new());
     let counters = TableCounters::from_recorder(Arc::clone(&stats));
     let cache = (options.block_cache_bytes > 0)
@@ -103,7 +114,10 @@ pub(super) fn open(
         options.verify_checksums,
     ));
     let pm = if options.has_pm() {
-        Some(Arc::new(open_pm_tier(&options, exists)?))
+        // A region the MANIFEST references nothing in (a new database, an
+        // upgrade, a migration's target) may be formatted even if a crash
+        // left it half-formatted; one it references never is.
+        Some(Arc::new(open_pm_tier(&options, admitted.pm_referenced)?))
     } else {
         None
     };
@@ -111,6 +125,7 @@ pub(super) fn open(
         let _ = stats
             .pm_persistence
             .set(pm.region().persistence().describe());
+        identity::bind_ref(pm, &mut db_identity)?;
     }
     let design = match factory {
         Some(f) => f(&options, pm.clone())?,
@@ -139,7 +154,7 @@ pub(super) fn open(
             Arc::clone(&stats),
             options.level_count,
             router.layout(),
-            crate::version::edit::DbIdentity::for_design(options.design),
+            db_identity.clone(),
         )?;
         (vs, Recovered::default())
     };
@@ -228,7 +243,16 @@ pub(super) fn open(
         .map(|w| w.log_number)
         .filter(|&n| n < log_number)
         .collect();
+    if versions.identity() != db_identity {
+        edits[0].identity = Some(db_identity.clone());
+    }
     versions.log_and_apply_group(edits, replay.last_seq)?;
+    // The MANIFEST names the region and the database now; the region's
+    // owner word follows (`identity.rs`: never an owner the MANIFEST does
+    // not know).
+    if let (Some(pm), Some(db_id)) = (&pm, db_identity.db_id) {
+        identity::bind(pm, db_id)?;
+    }
 
     let mut mem = Regions::new(router.count(), log_number);
     if log.ssd_file {
@@ -278,6 +302,7 @@ pub(super) fn open(
         router,
         versions,
         _lock: lock,
+        _pm_lock: admitted.pm_lock,
     });
     inner.release_obsolete();
     if let Some(pm) = &inner.pm {

@@ -73,7 +73,7 @@ use crate::memtable::MemTable;
 use crate::options::{Options, Preset};
 use crate::sst::{sst_file_name, ReadConfig, Table, TableBuilder, TableOptions};
 use crate::stats::Tier;
-use crate::storage::alloc::{PageAllocator, PAGE_SIZE_BYTES};
+use crate::storage::alloc::{read_identity, PageAllocator, PAGE_SIZE_BYTES};
 use crate::storage::pm::REGION_FILE_NAME;
 use crate::storage::posix::PosixFs;
 use crate::storage::{open_pm_region, FileSystem, PmRegion, WriteHint};
@@ -590,7 +590,17 @@ pub fn repair(dir: &Path, options: Options) -> Result<RepairReport> {
         .collect();
     group[0].next_file_number = Some(log_number + 1);
     group[0].last_seqno = Some(found.last_seqno);
-    group[0].identity = Some(DbIdentity::for_design(options.design));
+    // The database keeps its id when the PM region names it as owner, so
+    // that the region stays its own (the rebuilt manifest references
+    // nothing in PM; the next open records the region again).
+    group[0].identity = Some(DbIdentity {
+        db_id: region
+            .as_ref()
+            .and_then(|r| read_identity(r.as_ref()).ok().flatten())
+            .map(|id| id.owner)
+            .filter(|&owner| owner != 0),
+        ..DbIdentity::for_design(options.design)
+    });
     if router.count() > 1 {
         group[0].region_layout = Some(router.layout());
     }

@@ -534,6 +534,21 @@ pub trait Design: Send + Sync {
 pub type DesignFactory =
     dyn Fn(&Options, Option<Arc<PmTier>>) -> Result<Arc<dyn Design>> + Send + Sync;
 
+/// The options under which the design of `opts` moves every table out of
+/// PM when the database is compacted down to its last level (`Db::migrate`,
+/// `db/migrate.rs`). Most designs keep nothing in PM at the last level and
+/// need no change; `tlsm` under `lru` or `none` keeps skip lists at every
+/// level, so it runs `leveled` with only L0 in PM: every list below L0 is
+/// then misplaced, and its picker converts it to SSTs at its own level.
+pub fn evacuation_options(opts: &Options) -> Options {
+    let mut o = opts.clone();
+    if o.design == Preset::Tlsm {
+        o.tlsm.policy = crate::options::TlsmPolicy::Leveled;
+        o.tlsm.level_threshold = 0;
+    }
+    o
+}
+
 /// Builds the design named by `opts.design`, or refuses it at open. PM
 /// designs get the PM tier (region and page allocator) here.
 pub fn build(opts: &Options, pm: Option<Arc<PmTier>>) -> Result<Arc<dyn Design>> {

@@ -951,7 +951,7 @@ mod tests {
             Some(crate::options::Preset::Triangle)
         );
         // A later field this build does not know is skipped.
-        let b = [0x81, 0x40, 0x07, 0x02, 0x02, 0xaa, 0xbb, 0x01, 0x01, b'x'];
+        let b = [0x81, 0x40, 0x07, 0x09, 0x02, 0xaa, 0xbb, 0x01, 0x01, b'x'];
         let d = VersionEdit::decode(&b, "m", 0).unwrap();
         assert_eq!(d.identity.unwrap().design.as_deref(), Some("x"));
         // Twice, or a truncated field: corruption.

@@ -169,7 +169,7 @@ impl VersionSet {
         let versions = (0..layout.count)
             .map(|_| Version::empty(level_count))
             .collect();
-        let mut vs = VersionSet::new(fs, dir, ctx, stats, versions, 1, layout);
+        let vs = VersionSet::new(fs, dir, ctx, stats, versions, 1, layout);
         *vs.identity.lock() = identity;
         vs.write_new_manifest(0)?;
         Ok(vs)
@@ -342,7 +342,7 @@ impl VersionSet {
             .max(manifest_number + 1)
             .max(largest_file_number(fs.as_ref(), dir).saturating_add(1));
         rec.pm_wals = pm_wals.clone();
-        let mut vs = VersionSet::new(fs, dir, ctx, stats, versions, next_file, layout);
+        let vs = VersionSet::new(fs, dir, ctx, stats, versions, next_file, layout);
         *vs.identity.lock() = rec.identity.clone();
         vs.log_numbers
             .lock()
@@ -785,7 +785,10 @@ mod tests {
         vs.write_new_manifest(0).unwrap(); // a rotation
         vs.close();
         let (vs, rec) = open(&mem, dir);
-        assert_eq!((rec.identity.clone(), vs.identity()), (id.clone(), id.clone()));
+        assert_eq!(
+            (rec.identity.clone(), vs.identity()),
+            (id.clone(), id.clone())
+        );
         vs.close();
         drop(vs);
         let (_, rec) = open(&mem, dir); // the recovery's own new manifest

@@ -1626,10 +1626,18 @@ impl Design for RangeTab {
         let v = &env.version;
         match self.s.layout_of(v)? {
             None => {
-                if v.levels.iter().any(|l| !l.is_empty()) {
+                // No layout yet: a new database, or an SSD-only one being
+                // upgraded (its SSTs below L0, `db/identity.rs`); L0 or PM
+                // tables without a layout are another design's.
+                let foreign = !v.levels[0].is_empty()
+                    || v.levels
+                        .iter()
+                        .flatten()
+                        .any(|t| t.meta.tier != crate::stats::Tier::Ssd);
+                if foreign {
                     return Err(Error::InvalidOptions(
                         "design `rangetab` cannot open a database another design created \
-                         (it has tables but no RangeTab layout)"
+                         (it has tables in L0 or in PM but no RangeTab layout)"
                             .into(),
                     ));
                 }
