@@ -300,3 +300,84 @@ fn damaged_last_log_node_is_a_torn_tail() {
         }
     }
 }
+
+/// A damaged value of a version that a newer one shadows is never read by
+/// a get, but a scan reads every version: it must stop with the
+/// corruption, never carry on without that table — its newer versions of
+/// the keys after the damage would vanish, and older ones (a deleted key,
+/// a stale value) show through.
+#[test]
+fn damaged_shadowed_node_stops_the_scan() {
+    let fs = MemFs::new();
+    let sim = Arc::new(SimRegion::new(PM_BYTES));
+    let k = |i: u32| format!("s{i:04}").into_bytes();
+    let mut model = std::collections::BTreeMap::new();
+    {
+        // Three L0 tables: A puts 0..200; B deletes every third key and
+        // puts the others; C puts the even keys below 100.
+        let db = Db::open(PathBuf::from("/db"), options(&fs, &sim)).expect("open");
+        for i in 0..200 {
+            db.put(&k(i), b"a").expect("put");
+        }
+        db.flush().expect("flush");
+        for i in 0..200 {
+            if i % 3 == 0 {
+                db.delete(&k(i)).expect("delete");
+            } else {
+                db.put(&k(i), b"b").expect("put");
+            }
+        }
+        db.flush().expect("flush");
+        for i in (0..100).step_by(2) {
+            db.put(&k(i), b"c").expect("put");
+        }
+        db.flush().expect("flush");
+        for i in 0..200 {
+            if let Some(v) = db.get(&k(i)).expect("get") {
+                model.insert(k(i), v);
+            }
+        }
+    }
+    // B's version of key 10: shadowed by C's.
+    let ids = live_ids(&fs, &sim);
+    let mut victim = None;
+    for (array, _) in arrays(&sim, &ids) {
+        let run = PageRun {
+            first: array / 4096,
+            count: 64,
+        };
+        let n = read_table_header(sim.as_ref(), run).expect("array").n;
+        for i in 0..n {
+            let at = offset(&sim, array, i);
+            let node = Node::read(sim.as_ref(), at, 0, PM_BYTES as u64).expect("node");
+            if node.key == k(10).as_slice()
+                && node.value(sim.as_ref(), true).expect("value") == b"b"
+            {
+                victim = Some((at, node.value_at()));
+            }
+        }
+    }
+    let (victim, value_at) = victim.expect("B's version of key 10");
+    sim.corrupt(value_at, 0x08).expect("corrupt");
+    let db = Db::open(PathBuf::from("/db"), options(&fs, &sim)).expect("open");
+    for i in 0..200 {
+        assert_eq!(
+            db.get(&k(i)).expect("get"),
+            model.get(&k(i)).cloned(),
+            "key {i}"
+        );
+    }
+    let mut it = db.iter(ReadOptions::default()).expect("iter");
+    it.seek_to_first();
+    while it.valid() {
+        assert_eq!(
+            model.get(it.key()).map(Vec::as_slice),
+            Some(it.value()),
+            "scan: {:?} wrong before the error",
+            String::from_utf8_lossy(it.key())
+        );
+        it.next();
+    }
+    let e = it.status().expect_err("the scan must report the damage");
+    expect_corruption(e, &sim, victim, victim + 64, "NVTable node");
+}
