@@ -101,6 +101,15 @@ impl InternalIterator for EmptyIterator {
 ///
 /// Children are few (memtables, L0 tables, one iterator per level), so the
 /// smallest/largest child is found by a linear scan.
+///
+/// A child that stops on an error stops the merge: the merge becomes
+/// invalid and [`InternalIterator::status`] reports the error. Merging on
+/// without that child would be a wrong answer, not a shorter one: the
+/// entries it still held (a newer value, a tombstone) would be missing,
+/// and older versions from other children would show through. A child is
+/// checked when it moves (every child on a seek, the moved one on
+/// `next`/`prev`), so a step costs one status check only when a child
+/// runs out.
 pub struct MergingIterator {
     children: Vec<Box<dyn InternalIterator>>,
     current: Option<usize>,
@@ -130,6 +139,21 @@ impl MergingIterator {
         self.current = best;
     }
 
+    /// True if child `i` stopped on an error (it is then invalid).
+    fn failed(&self, i: usize) -> bool {
+        let c = &self.children[i];
+        !c.valid() && c.status().is_err()
+    }
+
+    /// After a seek: stops the merge if any child reports an error.
+    fn check_all(&mut self) -> bool {
+        if self.children.iter().any(|c| c.status().is_err()) {
+            self.current = None;
+            return false;
+        }
+        true
+    }
+
     fn find_largest(&mut self) {
         let mut best: Option<usize> = None;
         for (i, c) in self.children.iter().enumerate().rev() {
@@ -153,21 +177,27 @@ impl InternalIterator for MergingIterator {
             c.seek_to_first();
         }
         self.forward = true;
-        self.find_smallest();
+        if self.check_all() {
+            self.find_smallest();
+        }
     }
     fn seek_to_last(&mut self) {
         for c in &mut self.children {
             c.seek_to_last();
         }
         self.forward = false;
-        self.find_largest();
+        if self.check_all() {
+            self.find_largest();
+        }
     }
     fn seek(&mut self, target: &[u8]) {
         for c in &mut self.children {
             c.seek(target);
         }
         self.forward = true;
-        self.find_smallest();
+        if self.check_all() {
+            self.find_smallest();
+        }
     }
     fn next(&mut self) {
         let Some(cur) = self.current else { return };
@@ -183,8 +213,15 @@ impl InternalIterator for MergingIterator {
                 }
             }
             self.forward = true;
+            if !self.check_all() {
+                return;
+            }
         }
         self.children[cur].next();
+        if self.failed(cur) {
+            self.current = None;
+            return;
+        }
         self.find_smallest();
     }
     fn prev(&mut self) {
@@ -203,8 +240,15 @@ impl InternalIterator for MergingIterator {
                 }
             }
             self.forward = false;
+            if !self.check_all() {
+                return;
+            }
         }
         self.children[cur].prev();
+        if self.failed(cur) {
+            self.current = None;
+            return;
+        }
         self.find_largest();
     }
     fn key(&self) -> &[u8] {
@@ -518,5 +562,127 @@ impl DbIterator {
             self.forward = false;
         }
         self.find_prev_user_entry();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key::make_internal_key;
+
+    /// Sorted entries; stops with an error when it would reach `fail_at`.
+    struct Failing {
+        entries: Vec<(Vec<u8>, Vec<u8>)>,
+        pos: Option<usize>,
+        fail_at: usize,
+        err: Option<crate::Error>,
+    }
+
+    impl Failing {
+        fn new(entries: &[(&str, u64, &str)], fail_at: usize) -> Box<Failing> {
+            Box::new(Failing {
+                entries: entries
+                    .iter()
+                    .map(|(k, s, v)| {
+                        (
+                            make_internal_key(k.as_bytes(), *s, Kind::Put),
+                            v.as_bytes().to_vec(),
+                        )
+                    })
+                    .collect(),
+                pos: None,
+                fail_at,
+                err: None,
+            })
+        }
+        fn go(&mut self, i: Option<usize>) {
+            self.pos = None;
+            let Some(i) = i.filter(|&i| i < self.entries.len()) else {
+                return;
+            };
+            if i == self.fail_at {
+                self.err = Some(crate::Error::corruption("test", i as u64, "damaged"));
+                return;
+            }
+            self.pos = Some(i);
+        }
+    }
+
+    impl InternalIterator for Failing {
+        fn valid(&self) -> bool {
+            self.pos.is_some()
+        }
+        fn seek_to_first(&mut self) {
+            self.go(Some(0));
+        }
+        fn seek_to_last(&mut self) {
+            self.go(self.entries.len().checked_sub(1));
+        }
+        fn seek(&mut self, target: &[u8]) {
+            let i = self
+                .entries
+                .partition_point(|(k, _)| compare_internal(k, target).is_lt());
+            self.go(Some(i));
+        }
+        fn next(&mut self) {
+            self.go(self.pos.map(|i| i + 1));
+        }
+        fn prev(&mut self) {
+            self.go(self.pos.and_then(|i| i.checked_sub(1)));
+        }
+        fn key(&self) -> &[u8] {
+            self.pos.map_or(&[], |i| &self.entries[i].0)
+        }
+        fn value(&self) -> &[u8] {
+            self.pos.map_or(&[], |i| &self.entries[i].1)
+        }
+        fn status(&self) -> Result<()> {
+            self.err.clone().map_or(Ok(()), Err)
+        }
+    }
+
+    /// A child that stops on an error stops the merge: nothing after it
+    /// (here the older value of "b") shows through.
+    #[test]
+    fn a_failing_child_stops_the_merge() {
+        for backward in [false, true] {
+            let newer = Failing::new(&[("a", 9, "new-a"), ("b", 9, "new-b")], 1);
+            let older = Failing::new(&[("a", 1, "old-a"), ("b", 1, "old-b")], usize::MAX);
+            let mut m = MergingIterator::new(vec![newer, older]);
+            let mut seen = Vec::new();
+            if backward {
+                m.seek_to_last();
+                while m.valid() {
+                    seen.push(m.value().to_vec());
+                    m.prev();
+                }
+            } else {
+                m.seek_to_first();
+                while m.valid() {
+                    seen.push(m.value().to_vec());
+                    m.next();
+                }
+            }
+            assert!(m.status().unwrap_err().is_corruption());
+            assert!(
+                !seen.contains(&b"old-b".to_vec()),
+                "backward {backward}: {seen:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn exhausted_children_are_not_errors() {
+        let a = Failing::new(&[("a", 1, "x")], usize::MAX);
+        let b = Failing::new(&[("b", 1, "y"), ("c", 1, "z")], usize::MAX);
+        let mut m = MergingIterator::new(vec![a, b]);
+        m.seek_to_first();
+        let mut n = 0;
+        while m.valid() {
+            n += 1;
+            m.next();
+        }
+        assert_eq!(n, 3);
+        assert!(m.status().is_ok());
     }
 }

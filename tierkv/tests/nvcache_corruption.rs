@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use tierkv::design::nvcache::format::{
-    read_table_header, Node, SegmentHeader, SegmentKind, HEAD_WORD, NODE_NEXT, SEGMENT_MAGIC,
-    TABLE_HEADER_BYTES, TABLE_MAGIC,
+    read_table_header, Node, SegmentHeader, SegmentKind, HEAD_WORD, NODE_NEXT, SEAL_WORD,
+    SEGMENT_MAGIC, TABLE_HEADER_BYTES, TABLE_MAGIC,
 };
 use tierkv::storage::alloc::PageRun;
 use tierkv::storage::mem::MemFs;
@@ -41,7 +41,7 @@ fn value(i: u32, round: u32) -> Vec<u8> {
 
 /// Three rounds of 300 puts, each flushed: three L0 NVTables; then 50
 /// more puts left in the log.
-fn build(fs: &MemFs, sim: &Arc<SimRegion>) -> Vec<Option<Vec<u8>>> {
+fn build_open(fs: &MemFs, sim: &Arc<SimRegion>) -> (Db, Vec<Option<Vec<u8>>>) {
     let db = Db::open(PathBuf::from("/db"), options(fs, sim)).expect("open");
     for round in 0..3u32 {
         for i in 0..300 {
@@ -53,8 +53,24 @@ fn build(fs: &MemFs, sim: &Arc<SimRegion>) -> Vec<Option<Vec<u8>>> {
         db.put(&key(i + 7), &value(i, 9)).expect("put");
     }
     let want = (0..1000).map(|i| db.get(&key(i)).expect("get")).collect();
-    drop(db); // the log stays listed (not flushed)
+    (db, want)
+}
+
+/// [`build_open`], closed cleanly: the log stays listed (not flushed),
+/// sealed.
+fn build(fs: &MemFs, sim: &Arc<SimRegion>) -> Vec<Option<Vec<u8>>> {
+    let (db, want) = build_open(fs, sim);
+    drop(db);
     want
+}
+
+/// [`build_open`], then a power loss: the log stays listed, unsealed.
+fn build_crashed() -> (MemFs, Arc<SimRegion>, Vec<Option<Vec<u8>>>) {
+    let (fs, sim) = (MemFs::new(), Arc::new(SimRegion::new(PM_BYTES)));
+    let (db, want) = build_open(&fs, &sim);
+    let crashed = (fs.crash(), Arc::new(sim.crash()));
+    drop(db);
+    (crashed.0, crashed.1, want)
 }
 
 /// Ids of the tables the database lists.
@@ -275,14 +291,13 @@ fn damaged_first_segment_of_a_listed_log_fails_open() {
     }
 }
 
-/// The last node of a log damaged: indistinguishable from an append the
-/// crash tore (nothing published follows it), so it is dropped as a torn
-/// tail — as a WAL drops its torn last record — and the rest survives.
+/// The last node of a log damaged after a crash: indistinguishable from
+/// an append the crash tore (nothing published follows it), so it is
+/// dropped as a torn tail — as a WAL drops its torn last record — and the
+/// rest survives.
 #[test]
-fn damaged_last_log_node_is_a_torn_tail() {
-    let fs = MemFs::new();
-    let sim = Arc::new(SimRegion::new(PM_BYTES));
-    let want = build(&fs, &sim);
+fn damaged_last_log_node_after_a_crash_is_a_torn_tail() {
+    let (fs, sim, want) = build_crashed();
     let seg0 = log_head(&sim);
     let nodes = log_nodes(&sim, seg0);
     let last = *nodes.last().expect("nodes");
@@ -299,4 +314,146 @@ fn damaged_last_log_node_is_a_torn_tail() {
             assert_ne!(&got, w, "the torn write is gone");
         }
     }
+}
+
+/// After a crash, a lost link in the middle of the log (its publish word
+/// zeroed, or changed) with published nodes after it is corruption, not a
+/// torn tail.
+#[test]
+fn damaged_log_link_after_a_crash_is_corruption() {
+    let (fs0, sim0, _) = build_crashed();
+    let seg0 = log_head(&sim0);
+    let nodes = log_nodes(&sim0, seg0);
+    for (at, zero) in [
+        (seg0 + HEAD_WORD, false),
+        (nodes[10] + NODE_NEXT, true),
+        (nodes[30] + NODE_NEXT, false),
+    ] {
+        let (fs, sim) = (fs0.crash(), Arc::new(sim0.crash()));
+        if zero {
+            sim.store_u64(at, 0).expect("store");
+        } else {
+            sim.corrupt(at + 1, 0x0f).expect("corrupt");
+        }
+        let e = Db::open(PathBuf::from("/db"), options(&fs, &sim))
+            .err()
+            .expect("a damaged log must not open");
+        expect_corruption(e, &sim, 0, PM_BYTES as u64, "NVTable log");
+    }
+}
+
+/// After a clean close the log is sealed with its node count: damage
+/// anywhere in it — its last node, the link that published its last
+/// write, any link, the seal itself — is corruption naming the log.
+#[test]
+fn damaged_sealed_log_is_corruption_even_at_its_end() {
+    let fs0 = MemFs::new();
+    let sim0 = Arc::new(SimRegion::new(PM_BYTES));
+    build(&fs0, &sim0);
+    let seg0 = log_head(&sim0);
+    let nodes = log_nodes(&sim0, seg0);
+    let last = *nodes.last().expect("nodes");
+    let last_value = Node::read(sim0.as_ref(), last, 0, PM_BYTES as u64)
+        .expect("node")
+        .value_at();
+    for (what, at, mask) in [
+        ("last value", last_value + 2, 0x01u8),
+        ("last node header", last + 20, 0x01),
+        ("last publish", nodes[nodes.len() - 2] + NODE_NEXT, 0),
+        ("a middle link", nodes[25] + NODE_NEXT + 1, 0x01),
+        ("the head", seg0 + HEAD_WORD, 0),
+        ("the seal", seg0 + SEAL_WORD + 6, 0x10),
+    ] {
+        let (fs, sim) = (fs0.crash(), Arc::new(sim0.crash()));
+        if mask == 0 {
+            sim.store_u64(at, 0).expect("store");
+        } else {
+            sim.corrupt(at, mask).expect("corrupt");
+        }
+        let e = Db::open(PathBuf::from("/db"), options(&fs, &sim))
+            .err()
+            .unwrap_or_else(|| panic!("{what}: a damaged sealed log must not open"));
+        expect_corruption(e, &sim, seg0, PM_BYTES as u64, "NVTable log");
+    }
+}
+
+/// A damaged value of a version that a newer one shadows is never read by
+/// a get, but a scan reads every version: it must stop with the
+/// corruption, never carry on without that table — its newer versions of
+/// the keys after the damage would vanish, and older ones (a deleted key,
+/// a stale value) show through.
+#[test]
+fn damaged_shadowed_node_stops_the_scan() {
+    let fs = MemFs::new();
+    let sim = Arc::new(SimRegion::new(PM_BYTES));
+    let k = |i: u32| format!("s{i:04}").into_bytes();
+    let mut model = std::collections::BTreeMap::new();
+    {
+        // Three L0 tables: A puts 0..200; B deletes every third key and
+        // puts the others; C puts the even keys below 100.
+        let db = Db::open(PathBuf::from("/db"), options(&fs, &sim)).expect("open");
+        for i in 0..200 {
+            db.put(&k(i), b"a").expect("put");
+        }
+        db.flush().expect("flush");
+        for i in 0..200 {
+            if i % 3 == 0 {
+                db.delete(&k(i)).expect("delete");
+            } else {
+                db.put(&k(i), b"b").expect("put");
+            }
+        }
+        db.flush().expect("flush");
+        for i in (0..100).step_by(2) {
+            db.put(&k(i), b"c").expect("put");
+        }
+        db.flush().expect("flush");
+        for i in 0..200 {
+            if let Some(v) = db.get(&k(i)).expect("get") {
+                model.insert(k(i), v);
+            }
+        }
+    }
+    // B's version of key 10: shadowed by C's.
+    let ids = live_ids(&fs, &sim);
+    let mut victim = None;
+    for (array, _) in arrays(&sim, &ids) {
+        let run = PageRun {
+            first: array / 4096,
+            count: 64,
+        };
+        let n = read_table_header(sim.as_ref(), run).expect("array").n;
+        for i in 0..n {
+            let at = offset(&sim, array, i);
+            let node = Node::read(sim.as_ref(), at, 0, PM_BYTES as u64).expect("node");
+            if node.key == k(10).as_slice()
+                && node.value(sim.as_ref(), true).expect("value") == b"b"
+            {
+                victim = Some((at, node.value_at()));
+            }
+        }
+    }
+    let (victim, value_at) = victim.expect("B's version of key 10");
+    sim.corrupt(value_at, 0x08).expect("corrupt");
+    let db = Db::open(PathBuf::from("/db"), options(&fs, &sim)).expect("open");
+    for i in 0..200 {
+        assert_eq!(
+            db.get(&k(i)).expect("get"),
+            model.get(&k(i)).cloned(),
+            "key {i}"
+        );
+    }
+    let mut it = db.iter(ReadOptions::default()).expect("iter");
+    it.seek_to_first();
+    while it.valid() {
+        assert_eq!(
+            model.get(it.key()).map(Vec::as_slice),
+            Some(it.value()),
+            "scan: {:?} wrong before the error",
+            String::from_utf8_lossy(it.key())
+        );
+        it.next();
+    }
+    let e = it.status().expect_err("the scan must report the damage");
+    expect_corruption(e, &sim, victim, victim + 64, "NVTable node");
 }

@@ -19,9 +19,19 @@
 //!           of a log only; 0 = no node published yet)
 //!  S+48  8  next segment: link word — region offset of the next segment
 //!           of the log's chain (0 = last)
-//!  S+56  8  reserved, 0
+//!  S+56  8  seal: link word (segment 0 of a log only; 0 = not sealed) —
+//!           stored when the log's writer is retired (a memtable switch,
+//!           a clean close): the log's published node count c
+//!           (u32, low half) | crc32c(u64le log number ‖ u32le c) << 32
 //!  S+64     nodes, each starting 8-aligned, up to the end of the run
 //! ```
+//!
+//! A sealed log ends exactly after its c published nodes: recovery then
+//! reads any shortfall (a link that ends the list early, a node that does
+//! not check) as corruption, never as a torn tail. The seal is one atomic
+//! 8-byte store made after every node was persisted and published, so it
+//! is either absent (0) or whole; a non-zero seal whose checksum does not
+//! match is damage.
 //!
 //! # Node (one entry; a member of a doubly linked KV list)
 //!
@@ -74,11 +84,19 @@
 //! 2000  4e 56 53 65 67 6d 6e 74 07 00 00 00 00 00 00 00  "NVSegmnt", log 7
 //! 2010  04 00 00 00 00 00 00 00 00 00 00 00 01 00 00 00  4 pages, index 0, kind 1, flags 0
 //! 2020  01 00 00 00 0e 6e b1 df 40 20 00 00 00 00 00 00  v1, crc; head = 0x2040
-//! 2030  00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00  next segment 0, reserved
+//! 2030  00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00  next segment 0, seal 0 (open)
 //! 2040  00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00  next 0, prev 0
 //! 2050  01 05 00 00 00 00 00 00 05 00 00 00 03 00 00 00  tag 5 << 8 | 1, k 5, v 3
 //! 2060  01 00 00 00 02 92 64 10 e0 2f 60 02 61 70 70 6c  group 1, kcrc, vcrc, "appl"
 //! 2070  65 72 65 64 00 00 00 00                          "e", "red", pad: 56 bytes
+//! ```
+//!
+//! When its writer is retired (a memtable switch, a clean close) the log
+//! is sealed with its one node
+//! (crc32c of `07 00 00 00 00 00 00 00 01 00 00 00` = 0x60703375):
+//!
+//! ```text
+//! 2038  01 00 00 00 75 33 70 60                          seal: c = 1, crc
 //! ```
 //!
 //! Its flush (table id 9) writes the array run at page 6 (0x6000):
@@ -118,6 +136,8 @@ pub const USAGE_BYTES: u64 = 16;
 pub const HEAD_WORD: u64 = 40;
 /// Offset of the next-segment link word inside a segment header.
 pub const NEXT_SEGMENT_WORD: u64 = 48;
+/// Offset of the seal link word inside a log's segment 0 header.
+pub const SEAL_WORD: u64 = 56;
 /// Offset of a node's `next` link word.
 pub const NODE_NEXT: u64 = 0;
 /// Offset of a node's `prev` link word.
@@ -221,6 +241,43 @@ impl SegmentHeader {
             flags: u16::from_le_bytes([b[30], b[31]]),
         })
     }
+}
+
+/// The seal word of log `number` with `nodes` published nodes (module
+/// doc, "Segment").
+pub fn encode_seal(number: u64, nodes: u32) -> u64 {
+    u64::from(nodes) | u64::from(seal_crc(number, nodes)) << 32
+}
+
+fn seal_crc(number: u64, nodes: u32) -> u32 {
+    let mut b = [0u8; 12];
+    b[..8].copy_from_slice(&number.to_le_bytes());
+    b[8..].copy_from_slice(&nodes.to_le_bytes());
+    crc32c::crc32c(&b)
+}
+
+/// Reads the seal of log `number` whose segment 0 is at `at`: `None` if
+/// the log was not sealed (a crash, or a log still being written),
+/// `Some(nodes)` if it was; a non-zero word that does not check is
+/// `Error::Corruption` at the word.
+pub fn read_seal(region: &dyn PmRegion, at: u64, number: u64) -> Result<Option<u32>> {
+    let word = region.load_u64(at + SEAL_WORD)?;
+    if word == 0 {
+        return Ok(None);
+    }
+    let nodes = word as u32;
+    let stored = (word >> 32) as u32;
+    let computed = seal_crc(number, nodes);
+    if stored != computed {
+        return Err(Error::corruption(
+            region.name(),
+            at + SEAL_WORD,
+            format!(
+                "NVTable log {number}: seal {word:#018x} damaged (checksum {stored:#010x}, computed {computed:#010x})"
+            ),
+        ));
+    }
+    Ok(Some(nodes))
 }
 
 /// Bytes a node with a `klen`-byte key and a `vlen`-byte value occupies.
@@ -567,6 +624,23 @@ mod tests {
         assert!(Node::read(&r, 4100, 4096, 8192)
             .unwrap_err()
             .is_corruption());
+    }
+
+    #[test]
+    fn seal_roundtrip_and_damage() {
+        let r = SimRegion::new(2 * 4096);
+        assert_eq!(read_seal(&r, 4096, 7).unwrap(), None);
+        let w = encode_seal(7, 3);
+        assert_eq!(w as u32, 3);
+        r.store_u64(4096 + SEAL_WORD, w).unwrap();
+        assert_eq!(read_seal(&r, 4096, 7).unwrap(), Some(3));
+        // Another log's seal, and every flipped bit, are corruption.
+        assert!(read_seal(&r, 4096, 8).unwrap_err().is_corruption());
+        for bit in 0..64 {
+            r.store_u64(4096 + SEAL_WORD, w ^ (1 << bit)).unwrap();
+            let e = read_seal(&r, 4096, 7).unwrap_err();
+            assert!(e.is_corruption(), "bit {bit}");
+        }
     }
 
     #[test]

@@ -33,23 +33,59 @@
 //! entries of a group leaves an incomplete trailing group, which recovery
 //! drops (every node records the size of its group).
 //!
+//! # Sealing
+//!
+//! When its writer is retired — the memtable switches to a new log, or
+//! the database closes — a log gets its **seal** in segment 0
+//! (`format.rs`): the number of nodes published, tied to the log by a
+//! checksum, in one 8-byte store persisted after every group was
+//! (`LogWriter::seal` at a clean close, the writer's `Drop` at a switch).
+//! A log whose writer saw an error is never sealed (it may end inside a
+//! group). Nothing is appended after the seal. A process killed before it
+//! leaves the log unsealed: its tail is then read as after a crash.
+//!
 //! # Recovery ([`walk`])
 //!
 //! Follows the segment chain from the first segment (which must be valid:
-//! the MANIFEST vouches for it) and the node list from the head, checking
-//! each node's checksums, that its seqno follows the previous one and that
-//! its `prev` names the node before it. Links are stored only after what
-//! they point at was persisted — but a link stored after the crash point
-//! may still reach the durable image (an early cache write-back), so
-//! whoever follows one validates what it reaches (the `PmRegion`
-//! contract, rule 5c): a chain link to an invalid segment ends the chain,
-//! and a node link to an invalid node ends the list (a torn tail: never
-//! acknowledged) — unless that node's own `next` leads to a valid node
-//! that names it as its predecessor, which means published data follows
-//! the damage: `Error::Corruption` naming the region, the offset and the
-//! structure. So is a valid node outside the log's valid segments. An
-//! incomplete trailing group (a torn publish, or an entry-by-entry append
-//! cut short) is dropped: none of it was acknowledged.
+//! the MANIFEST vouches for it) and the node list from the head. Links
+//! are stored only after what they point at was persisted — but a link
+//! stored after the crash point may still reach the durable image (an
+//! early cache write-back), so whoever follows one validates what it
+//! reaches (the `PmRegion` contract, rule 5c). The rules:
+//!
+//! 1. **Where a node can be.** The writer places nodes back to back, in
+//!    list order: the node after `x` is at `x`'s end if it fits `x`'s
+//!    segment, else at the first node position of the next segment of the
+//!    chain (the log's first node: of segment 0, or of segment 1 when it
+//!    did not fit segment 0). A link that names neither place is damage
+//!    in a sealed log, and so is such a head word in any log (the head is
+//!    written with its segment's header and then only published into); a
+//!    node's link that does so in an unsealed log ends the list like rule
+//!    4 (the node may be one written after the crash point whose link word
+//!    kept stale bytes).
+//! 2. **What a node must be.** At that place, a valid successor: both
+//!    checksums, the next seqno, a `prev` link naming its predecessor,
+//!    group sizes that agree.
+//! 3. **Sealed log.** Exactly the sealed number of nodes, in whole groups,
+//!    then a zero link; a chain link to an invalid segment, a zero link
+//!    before the count, a node breaking rule 1 or 2 is `Error::Corruption`
+//!    naming the region, the offset and the structure.
+//! 4. **Unsealed log (a crash).** The list ends at the first zero link or
+//!    node breaking rule 2 — a torn tail, never acknowledged — unless
+//!    published nodes follow: only the group in flight at the crash can
+//!    be durable and unpublished, and stale nodes of a reused page are
+//!    older than it, so a valid node anywhere after the last good one
+//!    whose seqno is at least the in-flight seqno + its own group's size
+//!    belongs to a later, published group and proves damage:
+//!    `Error::Corruption` (found by scanning the rest of the log, node by
+//!    node, resynchronising over bytes that do not check). So does
+//!    a valid node in a segment the chain lost. A chain link to an invalid
+//!    segment ends the chain. An incomplete trailing group (a torn
+//!    publish, or an entry-by-entry append cut short) is dropped: none of
+//!    it was acknowledged. (Damage that empties an unsealed log from its
+//!    head cannot be told from a crash before its first publish: the head
+//!    has no predecessor whose seqno separates this log's nodes from stale
+//!    ones of a reused page.)
 //!
 //! # Concurrency
 //!
@@ -77,8 +113,9 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::format::{
-    encode_node, node_size, Node, SegmentHeader, SegmentKind, FLAG_PER_ENTRY, HEAD_WORD,
-    NEXT_SEGMENT_WORD, NODE_NEXT, NODE_PREV, SEGMENT_HEADER_BYTES,
+    encode_node, encode_seal, node_size, read_seal, Node, SegmentHeader, SegmentKind,
+    FLAG_PER_ENTRY, HEAD_WORD, NEXT_SEGMENT_WORD, NODE_HEADER_BYTES, NODE_NEXT, NODE_PREV,
+    SEAL_WORD, SEGMENT_HEADER_BYTES,
 };
 use crate::coding::Reader;
 use crate::error::{Error, Result};
@@ -255,6 +292,9 @@ pub fn create(
         buf: Vec::new(),
         placed: Vec::new(),
         bytes_written: SEGMENT_HEADER_BYTES,
+        seg0: at,
+        published: 0,
+        broken: false,
     };
     Ok((w, at))
 }
@@ -281,6 +321,13 @@ pub struct NvLogWriter {
     /// Scratch: where each node of the group goes.
     placed: Vec<u64>,
     bytes_written: u64,
+    /// Region offset of segment 0 (where the seal goes).
+    seg0: u64,
+    /// Nodes published (whole groups).
+    published: u64,
+    /// An append failed: the log may end inside a group, so it is never
+    /// sealed (recovery reads its tail as after a crash).
+    broken: bool,
 }
 
 fn malformed() -> Error {
@@ -364,6 +411,66 @@ fn records(body: &[u8]) -> impl Iterator<Item = Result<(Kind, &[u8], &[u8])>> {
 
 impl LogWriter for NvLogWriter {
     fn add_record(&mut self, record: &[u8]) -> Result<()> {
+        let r = self.append(record);
+        if r.is_err() {
+            self.broken = true;
+        }
+        r
+    }
+
+    fn sync(&mut self) -> Result<()> {
+        // Every group was persisted and published by `add_record`.
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    fn in_pm(&self) -> bool {
+        true
+    }
+
+    fn bytes_written(&self) -> u64 {
+        self.bytes_written
+    }
+
+    /// Stores the seal (module doc, "Sealing"): every group before it was
+    /// persisted and published by `add_record`.
+    fn seal(&mut self) -> Result<()> {
+        let Ok(nodes) = u32::try_from(self.published) else {
+            return Ok(()); // too many to count: left unsealed
+        };
+        if self.broken {
+            return Ok(());
+        }
+        let at = self.seg0 + SEAL_WORD;
+        let region = self.space.region.as_ref();
+        region.store_u64(at, encode_seal(self.shared.number, nodes))?;
+        region.persist(at, 8)?;
+        self.bytes_written += 8;
+        self.broken = true; // nothing may follow
+        Ok(())
+    }
+}
+
+impl Drop for NvLogWriter {
+    /// A retired log is sealed (module doc, "Sealing"); a failure leaves it
+    /// unsealed, which recovery reads as after a crash.
+    fn drop(&mut self) {
+        let _ = LogWriter::seal(self);
+    }
+}
+
+impl NvLogWriter {
+    /// Appends one committed group (module doc, "The append protocol").
+    fn append(&mut self, record: &[u8]) -> Result<()> {
+        if self.broken {
+            return Err(Error::InvalidArgument(format!(
+                "NVTable log {}: append after a failed append or the seal",
+                self.shared.number
+            )));
+        }
         let mut r = Reader::new(record);
         let seq0 = r.u64().ok_or_else(malformed)?;
         let count = r.u32().ok_or_else(malformed)?;
@@ -441,25 +548,9 @@ impl LogWriter for NvLogWriter {
             st.offsets.extend_from_slice(&placed);
             st.node_bytes += group_bytes;
         }
+        self.published += placed.len() as u64;
         self.placed = placed;
         Ok(())
-    }
-
-    fn sync(&mut self) -> Result<()> {
-        // Every group was persisted and published by `add_record`.
-        Ok(())
-    }
-
-    fn flush(&mut self) -> Result<()> {
-        Ok(())
-    }
-
-    fn in_pm(&self) -> bool {
-        true
-    }
-
-    fn bytes_written(&self) -> u64 {
-        self.bytes_written
     }
 }
 
@@ -474,16 +565,127 @@ pub struct WalkedNode {
     pub ikey: Vec<u8>,
 }
 
-/// The segment chain of log `number` whose first segment is at `locator`
-/// (module doc, "Recovery"): the first segment must be valid (the
-/// MANIFEST vouches for it); the chain ends at the first link that is 0
-/// or reaches no valid segment of this log (a segment linked but never
-/// persisted: nothing in it was ever published).
-pub fn walk_segments(
-    region: &dyn PmRegion,
-    locator: u64,
-    number: u64,
-) -> Result<(Vec<PageRun>, u16)> {
+/// A log's segment chain as recovery reads it.
+struct Chain {
+    /// The segments, in chain order.
+    segs: Vec<PageRun>,
+    /// Segment 0's flags.
+    flags: u16,
+    /// The nodes the log was sealed with (`None`: not sealed).
+    seal: Option<u32>,
+}
+
+/// A node the walk accepted: where it is and what follows from it.
+#[derive(Debug, Clone, Copy)]
+struct Placed {
+    at: u64,
+    /// Its chain index.
+    seg: usize,
+    /// Where it ends (where the next node goes if it fits there).
+    end: u64,
+    seq: SeqNo,
+}
+
+impl Chain {
+    /// Where nodes of chain segment `i` start.
+    fn nodes_start(&self, i: usize) -> Option<u64> {
+        self.segs
+            .get(i)
+            .map(|r| r.first * PAGE + SEGMENT_HEADER_BYTES)
+    }
+
+    fn seg_end(&self, i: usize) -> u64 {
+        self.segs.get(i).map_or(0, |r| (r.first + r.count) * PAGE)
+    }
+
+    /// The chain segment holding byte `at`, if any.
+    fn segment_index(&self, at: u64) -> Option<usize> {
+        self.segs
+            .iter()
+            .position(|r| r.first * PAGE <= at && at < (r.first + r.count) * PAGE)
+    }
+
+    /// Where the node after `pred` (`None`: the log's first node) can be,
+    /// with its chain index: the writer places nodes back to back, and a
+    /// node that does not fit its predecessor's segment starts the next
+    /// one (module doc, "Recovery", rule 1).
+    fn next_positions(&self, pred: Option<Placed>) -> [Option<(u64, usize)>; 2] {
+        match pred {
+            None => [
+                self.nodes_start(0).map(|p| (p, 0)),
+                self.nodes_start(1).map(|p| (p, 1)),
+            ],
+            Some(x) => [
+                (x.end + NODE_HEADER_BYTES <= self.seg_end(x.seg)).then_some((x.end, x.seg)),
+                self.nodes_start(x.seg + 1).map(|p| (p, x.seg + 1)),
+            ],
+        }
+    }
+
+    /// The node at `at` (in chain segment `seg`) if it is a valid
+    /// successor of `pred`: inside its segment, both checksums, the next
+    /// seqno and a `prev` link naming `pred` (0 for the first node);
+    /// otherwise why not.
+    fn successor<'a>(
+        &self,
+        region: &'a dyn PmRegion,
+        at: u64,
+        seg: usize,
+        pred: Option<Placed>,
+    ) -> std::result::Result<Node<'a>, String> {
+        let lo = self.nodes_start(seg).unwrap_or(0);
+        let node = Node::read(region, at, lo, self.seg_end(seg)).map_err(|e| e.to_string())?;
+        node.value(region, true).map_err(|e| e.to_string())?;
+        if let Some(p) = pred {
+            if node.seq() != p.seq + 1 {
+                return Err(format!(
+                    "seqno {} does not follow {} of node {}",
+                    node.seq(),
+                    p.seq,
+                    p.at
+                ));
+            }
+        }
+        let want = pred.map_or(0, |p| p.at);
+        let prev = region.load_u64(at + NODE_PREV).map_err(|e| e.to_string())?;
+        if prev != want {
+            return Err(format!("prev link {prev}, not {want}"));
+        }
+        Ok(node)
+    }
+
+    /// Whether published nodes follow the end of the list after `x` in an
+    /// unsealed log (module doc, "Recovery", rule 4): scans the bytes after
+    /// `x` — the rest of its segment and the later segments of the chain,
+    /// node by node, resynchronising 8 bytes at a time over bytes that do
+    /// not check — for a valid node of a group after the one in flight
+    /// (seqno ≥ `x`'s + 1 + its group size). Only the group in flight at a
+    /// crash can be durable and unpublished, and stale nodes of a reused
+    /// page are older; such a node was published after the break.
+    fn published_after(&self, region: &dyn PmRegion, x: Placed) -> Option<u64> {
+        let a = x.seq + 1;
+        for seg in x.seg..self.segs.len() {
+            let lo = self.nodes_start(seg)?;
+            let hi = self.seg_end(seg);
+            let mut p = if seg == x.seg { x.end } else { lo };
+            while p + NODE_HEADER_BYTES <= hi {
+                match Node::read(region, p, lo, hi) {
+                    Ok(n) if n.group > 0 && n.value(region, true).is_ok() => {
+                        if n.seq() >= a + u64::from(n.group) {
+                            return Some(p);
+                        }
+                        p += n.size();
+                    }
+                    _ => p += 8,
+                }
+            }
+        }
+        None
+    }
+}
+
+/// Reads the chain of log `number` from `locator` (see [`walk_segments`]).
+fn read_chain(region: &dyn PmRegion, locator: u64, number: u64) -> Result<Chain> {
     let first = SegmentHeader::read(region, locator)?;
     if first.owner != number || first.index != 0 || first.kind != SegmentKind::Log {
         return Err(Error::corruption(
@@ -495,6 +697,7 @@ pub fn walk_segments(
             ),
         ));
     }
+    let seal = read_seal(region, locator, number)?;
     let mut segs = vec![PageRun {
         first: locator / PAGE,
         count: first.pages,
@@ -507,15 +710,37 @@ pub fn walk_segments(
             break;
         }
         let index = segs.len() as u32;
-        let ok = SegmentHeader::read(region, next)
-            .ok()
-            .filter(|h| h.owner == number && h.index == index && h.kind == SegmentKind::Log);
-        let Some(h) = ok else {
-            log::warn!(
-                "NVTable log {number}: chain ends at a segment never persisted (link at {})",
-                at + NEXT_SEGMENT_WORD
-            );
-            break;
+        let h = SegmentHeader::read(region, next).and_then(|h| {
+            if h.owner == number && h.index == index && h.kind == SegmentKind::Log {
+                Ok(h)
+            } else {
+                Err(Error::corruption(
+                    region.name(),
+                    next,
+                    format!(
+                        "NVTable log {number}: segment {index} at {next} belongs to owner {} (index {}, {:?})",
+                        h.owner, h.index, h.kind
+                    ),
+                ))
+            }
+        });
+        let h = match h {
+            Ok(h) => h,
+            // A sealed log's chain is whole: a bad link is damage.
+            Err(e) if seal.is_some() => {
+                return Err(Error::corruption(
+                    region.name(),
+                    at + NEXT_SEGMENT_WORD,
+                    format!("NVTable log {number} (sealed): chain link to {next}: {e}"),
+                ))
+            }
+            Err(_) => {
+                log::warn!(
+                    "NVTable log {number}: chain ends at a segment never persisted (link at {})",
+                    at + NEXT_SEGMENT_WORD
+                );
+                break;
+            }
         };
         let run = PageRun {
             first: next / PAGE,
@@ -531,104 +756,166 @@ pub fn walk_segments(
         segs.push(run);
         at = next;
     }
-    Ok((segs, first.flags))
+    Ok(Chain {
+        segs,
+        flags: first.flags,
+        seal,
+    })
 }
 
-/// The node at `at` if it is a valid successor of `prev` (at `prev_at`,
-/// with seqno `prev_seq`; none for the first node): inside the region,
-/// both checksums, the next seqno, and a `prev` link naming `prev_at`.
-fn successor<'a>(
-    region: &'a dyn PmRegion,
-    at: u64,
-    prev_at: u64,
-    prev_seq: Option<SeqNo>,
-) -> Option<Node<'a>> {
-    let node = Node::read(region, at, 0, region.len()).ok()?;
-    node.value(region, true).ok()?;
-    if prev_seq.is_some_and(|s| node.seq() != s + 1) {
-        return None;
-    }
-    (region.load_u64(at + NODE_PREV).ok()? == prev_at).then_some(node)
+/// The segment chain of log `number` whose first segment is at `locator`
+/// (module doc, "Recovery"): the first segment must be valid (the
+/// MANIFEST vouches for it) and so must its seal, if it has one. The chain
+/// ends at the first link that is 0; in an unsealed log also at a link
+/// that reaches no valid segment of this log (a segment linked but never
+/// persisted: nothing in it was ever published), which in a sealed log is
+/// `Error::Corruption`.
+pub fn walk_segments(
+    region: &dyn PmRegion,
+    locator: u64,
+    number: u64,
+) -> Result<(Vec<PageRun>, u16)> {
+    let c = read_chain(region, locator, number)?;
+    Ok((c.segs, c.flags))
 }
 
 /// Walks log `number` (module doc, "Recovery"): its segments and the
-/// nodes reachable from its head, in seqno order. The list ends at a link
-/// of 0, or at a link whose target is not a valid successor — a torn
-/// tail, never acknowledged — unless that target's own `next` leads to a
-/// valid node that names it as its predecessor: published data after
-/// damage is corruption. Every node found must lie in one of the log's
-/// segments, and an incomplete trailing group is dropped.
+/// nodes reachable from its head, in seqno order, each a valid successor
+/// of the one before at the place the writer puts it. A sealed log must
+/// hold exactly the nodes it was sealed with, in whole groups; any
+/// shortfall is corruption. An unsealed log ends at the first link that
+/// does not lead on — a torn tail, never acknowledged — unless published
+/// nodes follow it (corruption); an incomplete trailing group is dropped.
 pub fn walk(
     region: &dyn PmRegion,
     locator: u64,
     number: u64,
 ) -> Result<(Vec<PageRun>, Vec<WalkedNode>)> {
-    let (segs, flags) = walk_segments(region, locator, number)?;
-    let mut sorted = segs.clone();
-    sorted.sort_unstable();
+    let chain = read_chain(region, locator, number)?;
+    let bad = |off: u64, what: String| {
+        Error::corruption(region.name(), off, format!("NVTable log {number}: {what}"))
+    };
     let mut nodes: Vec<WalkedNode> = Vec::new();
     let mut link = locator + HEAD_WORD;
-    let mut prev_seq: Option<SeqNo> = None;
-    let mut prev = 0u64;
+    let mut pred: Option<Placed> = None;
     let mut group_left = 0u32;
     let mut group_size = 0u32;
     let mut group_start = 0usize;
+    let torn = |at: u64, why: &str| {
+        log::warn!(
+            "NVTable log {number}: torn tail at {at} ({why}; a write never acknowledged) dropped"
+        );
+    };
     loop {
-        let at = region.load_u64(link)?;
-        if at == 0 {
-            break;
-        }
-        let Some(node) = successor(region, at, prev, prev_seq) else {
-            // Torn, or damaged: damaged if published nodes follow.
-            let after = region
-                .load_u64(at + NODE_NEXT)
-                .ok()
-                .filter(|&n| n != 0)
-                .and_then(|n| {
-                    let node = Node::read(region, n, 0, region.len()).ok()?;
-                    let back = region.load_u64(n + NODE_PREV).ok()?;
-                    (back == at && prev_seq.is_none_or(|s| node.seq() > s)).then_some(n)
-                });
-            if let Some(n) = after {
-                return Err(Error::corruption(
-                    region.name(),
-                    at,
+        let target = region.load_u64(link)?;
+        if let Some(c) = chain.seal {
+            if nodes.len() as u64 == u64::from(c) {
+                if target != 0 {
+                    return Err(bad(
+                        link,
+                        format!(
+                            "link {target} after the last of the {c} nodes the log was sealed with"
+                        ),
+                    ));
+                }
+                break;
+            }
+            if target == 0 {
+                return Err(bad(
+                    link,
                     format!(
-                        "NVTable log {number}: node at {at} is damaged and published node {n} follows it"
+                        "the list ends after {} of the {c} nodes the log was sealed with",
+                        nodes.len()
                     ),
                 ));
             }
-            if at.is_multiple_of(8) && at < region.len() {
-                log::warn!(
-                    "NVTable log {number}: torn tail at {at} (a write never acknowledged) dropped"
-                );
-            }
-            break;
-        };
-        let bad = |what: String| {
-            Error::corruption(
-                region.name(),
-                at,
-                format!("NVTable log {number}: node at {at}: {what}"),
-            )
-        };
-        let i = sorted.partition_point(|r| (r.first + r.count) * PAGE <= at);
-        let in_seg = sorted.get(i).is_some_and(|r| {
-            r.first * PAGE + SEGMENT_HEADER_BYTES <= at
-                && at + node.size() <= (r.first + r.count) * PAGE
-        });
-        if !in_seg {
-            return Err(bad("a published node outside the log's segments".into()));
         }
+        // Rule 1: where the writer puts the next node.
+        let pos = chain
+            .next_positions(pred)
+            .into_iter()
+            .flatten()
+            .find(|&(p, _)| p == target);
+        let step = match pos {
+            _ if target == 0 => Err(None),
+            Some((at, seg)) => chain
+                .successor(region, at, seg, pred)
+                .map(|n| (n, at, seg))
+                .map_err(|why| Some((at, why))),
+            None if chain.seal.is_none() && chain.segment_index(target).is_none() => {
+                // Unsealed: a link into a segment the chain lost (linked
+                // after the crash point). A valid node there was published.
+                let valid = Node::read(region, target, 0, region.len())
+                    .is_ok_and(|n| n.value(region, true).is_ok());
+                if valid {
+                    return Err(bad(
+                        target,
+                        format!("node at {target}: a published node outside the log's segments"),
+                    ));
+                }
+                Err(Some((target, "outside the log's segments".to_string())))
+            }
+            // The head word is written whole with segment 0's header and
+            // then only published into, so it is never stale.
+            None if chain.seal.is_some() || pred.is_none() => {
+                let want: Vec<u64> = chain
+                    .next_positions(pred)
+                    .into_iter()
+                    .flatten()
+                    .map(|p| p.0)
+                    .collect();
+                return Err(bad(
+                    link,
+                    format!("link names {target}, not where the log's next node goes ({want:?})"),
+                ));
+            }
+            // Unsealed: the writer never stores such a link, but the node
+            // holding it may be one written after the crash point whose
+            // link word kept stale bytes; damage shows as what follows.
+            None => Err(Some((
+                target,
+                "not where the log's next node goes".to_string(),
+            ))),
+        };
+        let (node, at, seg) = match step {
+            Ok(s) => s,
+            Err(why) => {
+                // Rule 3 (sealed) or 4 (unsealed).
+                if let (Some(c), Some((at, why))) = (chain.seal, &why) {
+                    return Err(bad(
+                        *at,
+                        format!(
+                            "node at {at}, {} of the {c} nodes the log was sealed with: {why}",
+                            nodes.len() + 1
+                        ),
+                    ));
+                }
+                if let Some(n) = pred.and_then(|p| chain.published_after(region, p)) {
+                    let (off, what) = match &why {
+                        Some((at, why)) if pos.is_some() => {
+                            (*at, format!("node at {at} is damaged ({why})"))
+                        }
+                        Some((at, why)) => (link, format!("the link at {link} to {at} ({why})")),
+                        None => (link, format!("a zero link at {link} ends the list")),
+                    };
+                    return Err(bad(off, format!("{what} and published node {n} follows")));
+                }
+                if let Some((at, why)) = why {
+                    torn(at, &why);
+                }
+                break;
+            }
+        };
+        let bad_node = |what: String| bad(at, format!("node at {at}: {what}"));
         if group_left == 0 {
             if node.group == 0 {
-                return Err(bad("group of 0 nodes".into()));
+                return Err(bad_node("group of 0 nodes".into()));
             }
             group_left = node.group;
             group_size = node.group;
             group_start = nodes.len();
         } else if node.group != group_size {
-            return Err(bad(format!(
+            return Err(bad_node(format!(
                 "group {} inside a group of {group_size}",
                 node.group
             )));
@@ -642,15 +929,26 @@ pub fn walk(
             size: node.size(),
             ikey,
         });
-        prev_seq = Some(node.seq());
-        prev = at;
+        pred = Some(Placed {
+            at,
+            seg,
+            end: at + node.size(),
+            seq: node.seq(),
+        });
         link = at + NODE_NEXT;
     }
     if group_left > 0 {
+        if let Some(c) = chain.seal {
+            let at = nodes.last().map_or(locator, |n| n.at);
+            return Err(bad(
+                at,
+                format!("the {c} nodes the log was sealed with end inside a group of {group_size}"),
+            ));
+        }
         log::warn!(
             "NVTable log {number}: incomplete trailing group of {group_size} entries dropped \
              (never acknowledged{})",
-            if flags & FLAG_PER_ENTRY != 0 {
+            if chain.flags & FLAG_PER_ENTRY != 0 {
                 ""
             } else {
                 "; its publish raced the crash"
@@ -658,7 +956,7 @@ pub fn walk(
         );
         nodes.truncate(group_start);
     }
-    Ok((segs, nodes))
+    Ok((chain.segs, nodes))
 }
 
 #[cfg(test)]
@@ -733,6 +1031,14 @@ mod tests {
         let (segs, nodes) = walk(sim.as_ref(), 0x2000, 7).unwrap();
         assert_eq!(segs, vec![PageRun { first: 2, count: 4 }]);
         assert_eq!((nodes.len(), nodes[0].at, nodes[0].size), (1, 0x2040, 56));
+        // A clean close seals it: 1 node, crc32c(07 00 .. 00 ‖ 01 00 00 00).
+        w.seal().unwrap();
+        assert_eq!(
+            hex(sim.slice(0x2038, 8).unwrap()),
+            "01 00 00 00 75 33 70 60"
+        );
+        assert_eq!(walk(sim.as_ref(), 0x2000, 7).unwrap().1.len(), 1);
+        assert!(w.add_record(b.encoded()).is_err(), "nothing after the seal");
     }
 
     /// A group that does not fit the last segment continues in a new one
@@ -778,5 +1084,201 @@ mod tests {
             let offs: Vec<u64> = nodes.iter().map(|n| n.at).collect();
             assert_eq!(offs, st.offsets);
         }
+    }
+
+    /// Log 3: 30 groups of 1, 2 or 3 nodes with 700-byte values, across
+    /// several segments; sealed or not. Returns the region, segment 0,
+    /// the node offsets and the index of each group's first node.
+    fn groups(seal: bool) -> (Arc<SimRegion>, u64, Vec<u64>, Vec<usize>) {
+        let (sim, space) = space(1 << 20);
+        let logs = Logs::default();
+        let (mut w, at) = create(&space, &logs, 3, false).unwrap();
+        let (mut seq, mut starts) = (1, Vec::new());
+        for g in 0..30u64 {
+            let mut b = WriteBatch::new();
+            let n = 1 + g % 3;
+            for j in 0..n {
+                b.put(format!("k{g:03}-{j}").as_bytes(), &[g as u8; 700]);
+            }
+            b.set_seqno(seq);
+            starts.push((seq - 1) as usize);
+            seq += n;
+            w.add_record(b.encoded()).unwrap();
+        }
+        if seal {
+            w.seal().unwrap();
+        }
+        let offs = logs.get(3).unwrap().state.lock().offsets.clone();
+        // A crash now: the writer's drop would seal the log.
+        let image = Arc::new(sim.crash());
+        drop(w);
+        (image, at, offs, starts)
+    }
+
+    /// Damage done to a copy of a region.
+    type Damage = Box<dyn Fn(&SimRegion)>;
+
+    fn value_at(sim: &SimRegion, at: u64) -> u64 {
+        Node::read(sim, at, 0, sim.len()).unwrap().value_at()
+    }
+
+    /// A sealed log must hold exactly its sealed nodes: every shortfall —
+    /// a publish lost, a link changed, a node or the seal damaged, the
+    /// chain cut — is corruption, even at the log's very end.
+    #[test]
+    fn sealed_log_damage_is_corruption() {
+        let (sim, seg0, offs, starts) = groups(true);
+        assert_eq!(offs.len(), 60);
+        let (segs, nodes) = walk(sim.as_ref(), seg0, 3).unwrap();
+        assert!(segs.len() > 2, "{segs:?}");
+        assert_eq!(nodes.len(), 60);
+        let last_publish = offs[starts[29] - 1] + NODE_NEXT;
+        let cases: Vec<(&str, Damage)> = vec![
+            (
+                "last publish zeroed",
+                Box::new(move |r| r.store_u64(last_publish, 0).unwrap()),
+            ),
+            (
+                "middle link changed",
+                Box::new({
+                    let at = offs[20] + 1;
+                    move |r| r.corrupt(at, 0x0f).unwrap()
+                }),
+            ),
+            (
+                "last value",
+                Box::new({
+                    let at = value_at(&sim, offs[59]) + 5;
+                    move |r| r.corrupt(at, 0x01).unwrap()
+                }),
+            ),
+            (
+                "seal",
+                Box::new(move |r| r.corrupt(seg0 + SEAL_WORD + 5, 0x01).unwrap()),
+            ),
+            (
+                "chain cut",
+                Box::new(move |r| r.store_u64(seg0 + NEXT_SEGMENT_WORD, 0).unwrap()),
+            ),
+            (
+                "head zeroed",
+                Box::new(move |r| r.store_u64(seg0 + HEAD_WORD, 0).unwrap()),
+            ),
+            (
+                "past the end",
+                Box::new({
+                    let at = offs[59] + NODE_NEXT;
+                    move |r| r.store_u64(at, offs[59] + 1000).unwrap()
+                }),
+            ),
+        ];
+        for (what, damage) in cases {
+            let r = sim.crash();
+            damage(&r);
+            let e = walk(&r, seg0, 3).unwrap_err();
+            assert!(e.is_corruption(), "{what}: {e}");
+        }
+    }
+
+    /// An unsealed log (a crash): damage at its end cannot be told from an
+    /// append the crash tore, and is dropped with its group; damage with
+    /// published nodes after it is corruption.
+    #[test]
+    fn unsealed_log_tail_is_torn_and_damage_before_it_is_corruption() {
+        let (sim, seg0, offs, starts) = groups(false);
+        assert_eq!(walk(sim.as_ref(), seg0, 3).unwrap().1.len(), 60);
+        let torn: Vec<(&str, u64, u8)> = vec![
+            ("last publish zeroed", offs[starts[29] - 1] + NODE_NEXT, 0),
+            ("last value", value_at(&sim, offs[59]) + 5, 1),
+            ("last group's first node", offs[57] + 30, 1),
+        ];
+        for (what, at, mask) in torn {
+            let r = sim.crash();
+            if mask == 0 {
+                r.store_u64(at, 0).unwrap();
+            } else {
+                r.corrupt(at, mask).unwrap();
+            }
+            let (_, nodes) = walk(&r, seg0, 3).unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!(nodes.len(), 57, "{what}");
+        }
+        let page = (offs[20] / PAGE) * PAGE;
+        let damaged: Vec<(&str, Damage)> = vec![
+            (
+                "middle publish zeroed",
+                Box::new({
+                    let at = offs[starts[10] - 1] + NODE_NEXT;
+                    move |r| r.store_u64(at, 0).unwrap()
+                }),
+            ),
+            (
+                "middle link changed",
+                Box::new({
+                    let at = offs[20] + 1;
+                    move |r| r.corrupt(at, 0x0f).unwrap()
+                }),
+            ),
+            (
+                "middle value",
+                Box::new({
+                    let at = value_at(&sim, offs[starts[10]]) + 9;
+                    move |r| r.corrupt(at, 0x40).unwrap()
+                }),
+            ),
+            (
+                "a group's first node",
+                Box::new({
+                    let at = offs[starts[12]] + 20;
+                    move |r| r.corrupt(at, 0x02).unwrap()
+                }),
+            ),
+            (
+                "a middle page zeroed",
+                Box::new(move |r| {
+                    for (i, b) in r
+                        .slice(page, PAGE as usize)
+                        .unwrap()
+                        .to_vec()
+                        .into_iter()
+                        .enumerate()
+                    {
+                        if b != 0 {
+                            r.corrupt(page + i as u64, b).unwrap();
+                        }
+                    }
+                }),
+            ),
+        ];
+        for (what, damage) in damaged {
+            let r = sim.crash();
+            damage(&r);
+            match walk(&r, seg0, 3) {
+                Err(e) => assert!(e.is_corruption(), "{what}: {e}"),
+                Ok((_, n)) => panic!("{what}: walked {} nodes without an error", n.len()),
+            }
+        }
+    }
+
+    /// A retired writer seals its log; one whose append failed does not.
+    #[test]
+    fn retired_writer_seals_unless_an_append_failed() {
+        let (sim, space) = space(1 << 20);
+        let logs = Logs::default();
+        let mut b = WriteBatch::new();
+        b.put(b"k", b"v");
+        b.set_seqno(1);
+        let (mut w, at) = create(&space, &logs, 4, false).unwrap();
+        w.add_record(b.encoded()).unwrap();
+        assert_eq!(read_seal(sim.as_ref(), at, 4).unwrap(), None);
+        drop(w);
+        assert_eq!(read_seal(sim.as_ref(), at, 4).unwrap(), Some(1));
+        // A record claiming two entries and holding one.
+        let mut bad = b.encoded().to_vec();
+        bad[8..12].copy_from_slice(&2u32.to_le_bytes());
+        let (mut w, at) = create(&space, &logs, 5, false).unwrap();
+        w.add_record(b.encoded()).unwrap();
+        assert!(w.add_record(&bad).is_err());
+        drop(w);
+        assert_eq!(read_seal(sim.as_ref(), at, 5).unwrap(), None);
     }
 }

@@ -22,7 +22,10 @@
 //! * **Recovery (§III-G)**: the recovery hook adopts every log the
 //!   MANIFEST still lists (one per memtable not flushed): it walks the
 //!   list, checks every node, builds the array and adds the table to L0 —
-//!   there is no log replay.
+//!   there is no log replay. A log sealed when its writer was retired
+//!   (a memtable switch, a clean close) must hold exactly its sealed node
+//!   count; after a crash only the current log's group in flight may be
+//!   missing (`log.rs`, "Recovery").
 //! * **List compaction (§III-E)** ([`compact`]): merge the offset arrays,
 //!   deduplicate, relink, write new arrays; no data is copied.
 //! * **LRU eviction (§III-F)**: the victim of a level is its LRU tail
@@ -97,6 +100,7 @@
 //! | new log | its first segment's header; then the MANIFEST lists it |
 //! | append (group) | [new segment header, chain link]…, the nodes (one per segment touched), the publish |
 //! | append (per entry) | per node: the node, its publish |
+//! | log retired (memtable switch, clean close) | its seal (its node count, `log.rs` "Sealing") |
 //! | flush | the offset array; then the MANIFEST edit |
 //! | list compaction | arena copies, each node's links (`Links`), each output array; then the edit |
 //! | eviction | SSTs synced; then the edit |
