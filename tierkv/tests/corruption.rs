@@ -6,9 +6,13 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use tierkv::storage::alloc::{PageAllocator, PAGE_SIZE_BYTES};
+use tierkv::storage::fault::{FaultFs, FaultRule, Op};
 use tierkv::storage::mem::MemFs;
 use tierkv::storage::sim::SimRegion;
 use tierkv::storage::{FileSystem, PmRegion};
+use tierkv::wal::pm::EXTENT_HEADER_BYTES;
+use tierkv::wal::{PmLog, BLOCK_SIZE};
 use tierkv::{
     Compression, Db, Error, Options, WalPlacement, WalRecovery, WriteBatch, WriteOptions,
 };
@@ -382,6 +386,69 @@ fn flipped_byte_in_pm_wal_is_corruption_naming_the_region() {
         .err()
         .expect("open must fail");
     expect_corruption(e, region.name());
+}
+
+/// A PM WAL retired at a memtable switch is sealed where its acknowledged
+/// writes end, so damage to its very last record after a crash is
+/// corruption, not a torn tail that would silently drop that write. Here
+/// the flush that would make the retired log obsolete cannot create its
+/// table, so the log is still needed when the power goes.
+#[test]
+fn damage_at_the_end_of_a_retired_pm_wal_is_corruption() {
+    let mem = MemFs::new();
+    let fault = FaultFs::new(Arc::new(mem.clone()));
+    fault.add_rule(FaultRule::new(Op::Create).path_suffix(".sst").always());
+    let region = Arc::new(SimRegion::new(8 << 20));
+    let options = |fs: Arc<dyn FileSystem>, r: &Arc<SimRegion>| Options {
+        fs,
+        memtable_size_bytes: 64 << 10,
+        ..pm_opts(&mem, r)
+    };
+    let db = Db::open(dir(), options(Arc::new(fault.clone()), &region)).expect("open");
+    // Writes until the failed flush stops them: several memtables' worth
+    // are acknowledged (the writes that switched logs included).
+    let mut acked = 0;
+    while acked < 2000 && db.put(&key(acked), &value(acked)).is_ok() {
+        acked += 1;
+    }
+    assert!(acked > 200, "only {acked} writes before the flush failed");
+    let crashed = || (mem.crash(), Arc::new(region.crash()));
+    let (fs_a, pm_a) = crashed();
+    let (fs_b, pm_b) = crashed();
+    drop(db);
+
+    // Undamaged, every acknowledged write is back.
+    let db = Db::open(dir(), options(Arc::new(fs_a), &pm_a)).expect("reopen");
+    for i in 0..acked {
+        assert_eq!(db.get(&key(i)).expect("get"), Some(value(i)), "key {i}");
+    }
+    drop(db);
+
+    // The retired log (the oldest chain) is sealed; damage its last byte.
+    let alloc = PageAllocator::open(Arc::clone(&pm_b) as Arc<dyn PmRegion>).expect("allocator");
+    let pages = (alloc.data_start_page()..alloc.total_pages()).filter(|&p| alloc.is_allocated(p));
+    let chains = PmLog::find_chains(pm_b.as_ref(), pages.map(|p| p * PAGE_SIZE_BYTES));
+    assert!(chains.len() >= 2, "a retired and a live log: {chains:?}");
+    let (first, log) = chains[0];
+    let end = PmLog::sealed_end(pm_b.as_ref(), first)
+        .expect("seal")
+        .unwrap_or_else(|| panic!("retired PM WAL {log} is not sealed"));
+    let mut left = end - 1; // log offset of its last byte
+    let mut victim = None;
+    for (at, len) in PmLog::extents(pm_b.as_ref(), first).expect("extents") {
+        let cap = (len - EXTENT_HEADER_BYTES) / BLOCK_SIZE as u64 * BLOCK_SIZE as u64;
+        if left < cap {
+            victim = Some(at + EXTENT_HEADER_BYTES + left);
+            break;
+        }
+        left -= cap;
+    }
+    pm_b.corrupt(victim.expect("in the chain"), 0x20)
+        .expect("corrupt");
+    let e = Db::open(dir(), options(Arc::new(fs_b), &pm_b))
+        .err()
+        .expect("a damaged sealed log must not open");
+    expect_corruption(e, pm_b.name());
 }
 
 #[test]

@@ -373,8 +373,17 @@ impl Inner {
             // flush when regions share it, or first thing by a later sync
             // write), never here in the write path: an fsync of a whole
             // memtable's log would stall writers.
-            let old = std::mem::replace(&mut *self.log.lock(), log.writer);
-            if !old.in_pm() {
+            let mut old = std::mem::replace(&mut *self.log.lock(), log.writer);
+            if old.in_pm() {
+                // A retired PM log is sealed where its persisted groups end
+                // (every one of them was persisted before it was
+                // acknowledged), so that damage at its end reads as
+                // corruption, not as a torn tail dropping acknowledged
+                // writes, until its memtable is flushed. A failed seal
+                // leaves it as after a crash: recovery reads its tail by
+                // the torn-tail rule.
+                let _ = old.seal();
+            } else {
                 let number = st.mem.ssd_wals.back().copied().unwrap_or(0);
                 self.closed_logs.lock().push((number, old));
             }

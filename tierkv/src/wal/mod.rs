@@ -238,8 +238,10 @@ pub trait LogWriter: Send {
     fn in_pm(&self) -> bool;
     /// Bytes this log has written to its device so far.
     fn bytes_written(&self) -> u64;
-    /// Closes the log for good at a clean close, where its synced records
-    /// end: a log whose reader cannot tell a torn tail from damage by
+    /// Closes the log for good where its synced records end (the engine
+    /// calls it when it retires a PM log at a memtable switch, and on the
+    /// current log at a clean close): a log whose reader cannot tell a torn
+    /// tail from damage by
     /// itself (a PM WAL, `docs/format/wal.md` §4) records it, so that later
     /// damage reads as corruption. Nothing may be appended afterwards.
     /// Default: nothing to do (a file's torn tail is recognised without it).

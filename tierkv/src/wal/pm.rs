@@ -61,7 +61,8 @@
 //! 4. An extent allocated but not yet linked when a crash hits is reachable
 //!    from nothing: the engine's allocator reconciliation frees it (it
 //!    knows the live chains through [`PmLog::extents`]).
-//! 5. The seal ([`PmSink::seal`], at a clean close) is stored only after
+//! 5. The seal ([`PmSink::seal`], when the engine retires the log at a
+//!    memtable switch, and at a clean close) is stored only after
 //!    every record before it was persisted, and its checksum ties it to the
 //!    log, so a seal that verifies proves that no record before `seal_end`
 //!    was in flight: damage there is corruption, never a torn tail
@@ -500,9 +501,9 @@ impl PmLog {
         chains
     }
 
-    /// The log offset the log starting at `first_extent` was sealed at by a
-    /// clean close, if it was (`None` after a crash, or for a log still being
-    /// written).
+    /// The log offset the log starting at `first_extent` was sealed at when
+    /// it was retired or closed cleanly, if it was (`None` for the log being
+    /// written at a crash).
     pub fn sealed_end(region: &dyn PmRegion, first_extent: u64) -> Result<Option<u64>> {
         let chain = walk_chain(region, first_extent, None)?;
         let log_number = chain.first().map_or(0, |(_, h)| h.log_number);

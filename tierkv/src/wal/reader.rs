@@ -28,7 +28,7 @@
 //! - [`Tail::Unordered`] (a PM extent chain): the cache lines of the record
 //!   in flight may reach the media in any order, so the last record may be
 //!   damaged anywhere. A damaged record is a torn tail unless a valid
-//!   record of this log follows it, or the log was *sealed* at a clean close
+//!   record of this log follows it, or the log was *sealed* when it was closed
 //!   past it (the seal records where the log ended; then any damage or
 //!   early end before that point is corruption).
 //!
@@ -606,7 +606,7 @@ impl<S: LogSource> Reader<S> {
                 }
                 Tail::Unordered { sealed_end } => match sealed_end {
                     Some(end) if record.logical < end => Err(corrupt(format!(
-                        "before the end of the log sealed at its clean close (log offset {end})"
+                        "before the end of the log sealed when it was closed (log offset {end})"
                     ))),
                     _ if ends => Ok(None),
                     _ => Ok(Some(record.physical)),
