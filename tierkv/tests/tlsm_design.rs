@@ -235,6 +235,39 @@ fn none_copies_forward_and_keeps_everything_in_pm() {
     assert_ne!(stat(&db, "tlsm.copy_forward_bytes"), "0.0 MB");
 }
 
+/// Under PS+BAC a list's entries sit inline in its nodes: a copy-forward
+/// that linked to them would pin the very runs it exists to free, and be
+/// picked again and again. It copies, and the tier settles.
+#[test]
+fn ps_bac_copy_forward_copies_and_settles() {
+    let (db, model) = churn(
+        opts(|o| {
+            o.tlsm.variant = TlsmVariant::PsBac;
+            o.tlsm.policy = TlsmPolicy::None;
+            o.tlsm.copy_forward_live_ratio = 0.5;
+        }),
+        8000,
+    );
+    let copy_forwards = |db: &Db| {
+        db.stats()
+            .compactions
+            .iter()
+            .filter(|c| c.kind == "tlsm-copy-forward")
+            .count()
+    };
+    assert!(copy_forwards(&db) > 0, "{:?}", kinds(&db));
+    assert_ne!(stat(&db, "tlsm.copy_forward_bytes"), "0.0 MB");
+    idle(&db);
+    let settled = copy_forwards(&db);
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    assert_eq!(
+        copy_forwards(&db),
+        settled,
+        "copy-forwards that free nothing"
+    );
+    check(&db, &model);
+}
+
 #[test]
 fn ps_variants_copy_or_link_inline_entries() {
     let (db, _) = churn(opts(|o| o.tlsm.variant = TlsmVariant::Ps), 4000);

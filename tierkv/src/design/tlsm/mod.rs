@@ -24,7 +24,8 @@
 //! * **Variants** (`TlsmOptions::variant`): `ps` — nodes hold their key and
 //!   value inline; compaction copies them (`tlsm-copy`); `ps_bac` — inline
 //!   nodes at flush, compaction links to the entries inside the input
-//!   nodes (pinning those node runs); `full` — buffer + pointer nodes.
+//!   nodes (pinning those node runs; a copy-forward copies them, or it
+//!   would free nothing); `full` — buffer + pointer nodes.
 //! * **Tiering** (`TlsmOptions::policy`, [`picker`]): `leveled` (PM up to
 //!   `level_threshold`, SSTs below; nothing below the threshold stays a
 //!   skip list: a move across it converts), `lru` (everything in PM; at

@@ -139,7 +139,15 @@ impl Tlsm {
         inputs: Vec<(usize, Vec<Arc<SkipList>>)>,
     ) -> Result<JobOutput> {
         let region = region_of(env, task);
-        let (mode, layout) = self.mode_for(&inputs);
+        let (mode, layout) = match self.mode_for(&inputs) {
+            // A copy-forward exists to free the runs its input pins: linking
+            // to entries inline in the input's own nodes (ps_bac) would pin
+            // them again and free nothing, so inline entries are copied.
+            (Mode::Link, l) if kind == JobKind::CopyForward && l.inline() => {
+                (Mode::Copy, output_layout(Mode::Copy, l))
+            }
+            ml => ml,
+        };
         let target = match kind {
             JobKind::Merge => self.cfg.sst_size_bytes,
             JobKind::CopyForward => u64::MAX,
