@@ -151,7 +151,7 @@ fn main() {
                 let a = &c.nodes[0].addr;
                 println!("try:\n  curl -s -XPOST {a}/write -H 'content-type: application/json' -d '{{\"op\":\"put\",\"key\":\"k\",\"value\":\"v\"}}'");
                 println!("  curl -s '{a}/get?key=k'\n  curl -s {a}/metrics\nCtrl-C stops the cluster.");
-                let _ = tokio::signal::ctrl_c().await;
+                tierkv_raft::server::stop_signal().await;
                 c.stop();
                 Ok(())
             }

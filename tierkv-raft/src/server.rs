@@ -254,6 +254,8 @@ async fn change_membership(
 }
 
 async fn metrics(State(app): State<App>) -> HttpResponse {
+    use store::TIMES as T;
+    let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
     let m = app.raft.metrics().borrow().clone();
     Json(json!({
         "id": m.id,
@@ -267,6 +269,15 @@ async fn metrics(State(app): State<App>) -> HttpResponse {
         "voters": m.membership_config.membership().voter_ids().collect::<Vec<_>>(),
         "learners": m.membership_config.membership().learner_ids().collect::<Vec<_>>(),
         "store": app.kv.name(),
+        "store_times": {
+            "appends": load(&T.appends),
+            "appended_entries": load(&T.appended_entries),
+            "append_ns": load(&T.append_ns),
+            "committed_saves": load(&T.committed_saves),
+            "committed_ns": load(&T.committed_ns),
+            "applies": load(&T.applies),
+            "apply_ns": load(&T.apply_ns),
+        },
     }))
     .into_response()
 }
@@ -361,28 +372,30 @@ pub async fn run_node(cfg: NodeConfig) -> Result<(), String> {
         cfg.addr,
         app.kv.name()
     );
-    let shutdown = async {
-        #[cfg(unix)]
-        {
-            let mut term =
-                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                    Ok(s) => s,
-                    Err(_) => return std::future::pending::<()>().await,
-                };
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-        }
-        #[cfg(not(unix))]
-        {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    };
     axum::serve(listener, router(app))
-        .with_graceful_shutdown(shutdown)
+        .with_graceful_shutdown(stop_signal())
         .await
         .map_err(|e| format!("serve: {e}"))?;
     let _ = raft.shutdown().await;
     Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let Ok(mut term) = signal(SignalKind::terminate()) else {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }

@@ -185,6 +185,41 @@ fn write(
     blocking(|| kv.write(ops, sync)).map_err(|e| io_err(subject, ErrorVerb::Write, e))
 }
 
+/// Time spent in the store, for the bench's "where does a commit's time
+/// go": one set per process (a node process has one store).
+#[derive(Debug, Default)]
+pub struct StoreTimes {
+    /// `append` calls (each one synced write of a batch of entries).
+    pub appends: std::sync::atomic::AtomicU64,
+    /// Entries appended.
+    pub appended_entries: std::sync::atomic::AtomicU64,
+    /// Nanoseconds inside `append`'s synced write.
+    pub append_ns: std::sync::atomic::AtomicU64,
+    /// Synced writes of the committed id.
+    pub committed_saves: std::sync::atomic::AtomicU64,
+    /// Nanoseconds inside those.
+    pub committed_ns: std::sync::atomic::AtomicU64,
+    /// `apply` calls.
+    pub applies: std::sync::atomic::AtomicU64,
+    /// Nanoseconds inside `apply`.
+    pub apply_ns: std::sync::atomic::AtomicU64,
+}
+
+/// This process's store timings.
+pub static TIMES: StoreTimes = StoreTimes {
+    appends: std::sync::atomic::AtomicU64::new(0),
+    appended_entries: std::sync::atomic::AtomicU64::new(0),
+    append_ns: std::sync::atomic::AtomicU64::new(0),
+    committed_saves: std::sync::atomic::AtomicU64::new(0),
+    committed_ns: std::sync::atomic::AtomicU64::new(0),
+    applies: std::sync::atomic::AtomicU64::new(0),
+    apply_ns: std::sync::atomic::AtomicU64::new(0),
+};
+
+fn add(counter: &std::sync::atomic::AtomicU64, v: u64) {
+    counter.fetch_add(v, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Opens the log store and the state machine of one node over `kv`.
 pub fn open(kv: Arc<dyn Kv>) -> Result<(LogStore, StateMachine), StorageError<NodeId>> {
     let sm = StateMachine::new(Arc::clone(&kv))?;
@@ -354,7 +389,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             let v = encode(ErrorSubject::Log(e.log_id), &e)?;
             ops.push(Op::Put(keys::log(e.log_id.index).to_vec(), v));
         }
+        let n = ops.len() as u64;
+        let t = std::time::Instant::now();
         let res = write(&*self.kv, ErrorSubject::Logs, ops, true);
+        add(&TIMES.appends, 1);
+        add(&TIMES.appended_entries, n);
+        add(&TIMES.append_ns, t.elapsed().as_nanos() as u64);
         match &res {
             Ok(()) => callback.log_io_completed(Ok(())),
             Err(e) => callback.log_io_completed(Err(std::io::Error::other(e.to_string()))),
@@ -404,6 +444,69 @@ impl StateMachine {
     /// `ensure_linearizable`).
     pub fn kv(&self) -> Arc<dyn Kv> {
         Arc::clone(&self.kv)
+    }
+}
+
+impl StateMachine {
+    fn apply_entries<I>(&mut self, entries: I) -> Result<Vec<Response>, StorageError<NodeId>>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>>,
+    {
+        let mut applied = self.applied.clone();
+        let mut ops = Vec::new();
+        let mut responses = Vec::new();
+        // Values written earlier in this batch (reads must see them).
+        let mut pending: std::collections::HashMap<Vec<u8>, Option<Vec<u8>>> = Default::default();
+        for e in entries {
+            applied.last_applied = Some(e.log_id);
+            match e.payload {
+                EntryPayload::Blank => responses.push(Response::default()),
+                EntryPayload::Membership(m) => {
+                    applied.membership = StoredMembership::new(Some(e.log_id), m);
+                    responses.push(Response::default());
+                }
+                EntryPayload::Normal(req) => {
+                    let key = keys::data(req.key());
+                    let prev = match pending.get(&key) {
+                        Some(v) => v.clone(),
+                        None => blocking(|| self.kv.get(&key)).map_err(|err| {
+                            io_err(
+                                ErrorSubject::Apply(e.log_id),
+                                ErrorVerb::Read,
+                                format!("get {}: {err}", show_key(&key)),
+                            )
+                        })?,
+                    };
+                    let next = match &req {
+                        Request::Put { value, .. } => Some(value.as_bytes().to_vec()),
+                        Request::Delete { .. } => None,
+                        Request::Append { value, .. } => {
+                            let mut v = prev.clone().unwrap_or_default();
+                            v.extend_from_slice(value.as_bytes());
+                            Some(v)
+                        }
+                    };
+                    match &next {
+                        Some(v) => ops.push(Op::Put(key.clone(), v.clone())),
+                        None => ops.push(Op::Delete(key.clone())),
+                    }
+                    pending.insert(key, next);
+                    responses.push(Response {
+                        prev: prev.map(|p| String::from_utf8_lossy(&p).into_owned()),
+                    });
+                }
+            }
+        }
+        if applied.last_applied == self.applied.last_applied {
+            return Ok(responses);
+        }
+        ops.push(Op::Put(
+            keys::APPLIED.to_vec(),
+            encode(ErrorSubject::StateMachine, &applied)?,
+        ));
+        write(&*self.kv, ErrorSubject::StateMachine, ops, false)?;
+        self.applied = applied;
+        Ok(responses)
     }
 }
 
@@ -511,61 +614,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let mut applied = self.applied.clone();
-        let mut ops = Vec::new();
-        let mut responses = Vec::new();
-        // Values written earlier in this batch (reads must see them).
-        let mut pending: std::collections::HashMap<Vec<u8>, Option<Vec<u8>>> = Default::default();
-        for e in entries {
-            applied.last_applied = Some(e.log_id);
-            match e.payload {
-                EntryPayload::Blank => responses.push(Response::default()),
-                EntryPayload::Membership(m) => {
-                    applied.membership = StoredMembership::new(Some(e.log_id), m);
-                    responses.push(Response::default());
-                }
-                EntryPayload::Normal(req) => {
-                    let key = keys::data(req.key());
-                    let prev = match pending.get(&key) {
-                        Some(v) => v.clone(),
-                        None => blocking(|| self.kv.get(&key)).map_err(|err| {
-                            io_err(
-                                ErrorSubject::Apply(e.log_id),
-                                ErrorVerb::Read,
-                                format!("get {}: {err}", show_key(&key)),
-                            )
-                        })?,
-                    };
-                    let next = match &req {
-                        Request::Put { value, .. } => Some(value.as_bytes().to_vec()),
-                        Request::Delete { .. } => None,
-                        Request::Append { value, .. } => {
-                            let mut v = prev.clone().unwrap_or_default();
-                            v.extend_from_slice(value.as_bytes());
-                            Some(v)
-                        }
-                    };
-                    match &next {
-                        Some(v) => ops.push(Op::Put(key.clone(), v.clone())),
-                        None => ops.push(Op::Delete(key.clone())),
-                    }
-                    pending.insert(key, next);
-                    responses.push(Response {
-                        prev: prev.map(|p| String::from_utf8_lossy(&p).into_owned()),
-                    });
-                }
-            }
-        }
-        if applied.last_applied == self.applied.last_applied {
-            return Ok(responses);
-        }
-        ops.push(Op::Put(
-            keys::APPLIED.to_vec(),
-            encode(ErrorSubject::StateMachine, &applied)?,
-        ));
-        write(&*self.kv, ErrorSubject::StateMachine, ops, false)?;
-        self.applied = applied;
-        Ok(responses)
+        let t = std::time::Instant::now();
+        let r = self.apply_entries(entries);
+        add(&TIMES.applies, 1);
+        add(&TIMES.apply_ns, t.elapsed().as_nanos() as u64);
+        r
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
@@ -573,7 +626,6 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             kv: Arc::clone(&self.kv),
         }
     }
-
     async fn begin_receiving_snapshot(
         &mut self,
     ) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
