@@ -13,6 +13,12 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+/// Key-value pairs in key order.
+pub type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// What [`Kv::read_at_snapshot`] gives each pair to.
+pub type Visit<'a> = &'a mut dyn FnMut(&[u8], &[u8]) -> Result<(), String>;
+
 /// One write of a batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
@@ -38,7 +44,7 @@ pub trait Kv: Send + Sync + 'static {
         upper: &[u8],
         reverse: bool,
         limit: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, String>;
+    ) -> Result<Pairs, String>;
     /// Reads `points` and every pair of `[lower, upper)` (given to `visit`
     /// in key order) at one consistent snapshot.
     fn read_at_snapshot(
@@ -46,7 +52,7 @@ pub trait Kv: Send + Sync + 'static {
         points: &[&[u8]],
         lower: &[u8],
         upper: &[u8],
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<(), String>,
+        visit: Visit<'_>,
     ) -> Result<Vec<Option<Vec<u8>>>, String>;
 }
 
@@ -188,7 +194,7 @@ impl Kv for TierkvKv {
         upper: &[u8],
         reverse: bool,
         limit: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, String> {
+    ) -> Result<Pairs, String> {
         let range = self.db.range(lower..upper);
         let mut out = Vec::new();
         if reverse {
@@ -208,7 +214,7 @@ impl Kv for TierkvKv {
         points: &[&[u8]],
         lower: &[u8],
         upper: &[u8],
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<(), String>,
+        visit: Visit<'_>,
     ) -> Result<Vec<Option<Vec<u8>>>, String> {
         let snapshot = self.db.snapshot();
         let opts = tierkv::ReadOptions {
@@ -232,7 +238,7 @@ mod rocks {
     //! RocksDB as a [`Kv`]: the bench's baseline. Writes the caller asks
     //! to be synced (the log, the vote, ...) use `WriteOptions::set_sync`.
 
-    use super::{Kv, Op};
+    use super::{Kv, Op, Pairs, Visit};
     use std::path::Path;
 
     pub struct RocksKv {
@@ -278,7 +284,7 @@ mod rocks {
             upper: &[u8],
             reverse: bool,
             limit: usize,
-        ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, String> {
+        ) -> Result<Pairs, String> {
             let mut ro = rocksdb::ReadOptions::default();
             ro.set_iterate_lower_bound(lower.to_vec());
             ro.set_iterate_upper_bound(upper.to_vec());
@@ -300,7 +306,7 @@ mod rocks {
             points: &[&[u8]],
             lower: &[u8],
             upper: &[u8],
-            visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<(), String>,
+            visit: Visit<'_>,
         ) -> Result<Vec<Option<Vec<u8>>>, String> {
             let snapshot = self.db.snapshot();
             let mut values = Vec::with_capacity(points.len());

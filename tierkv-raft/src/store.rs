@@ -32,6 +32,10 @@
 //! A stored value that does not decode is a `StorageError` naming the key;
 //! nothing here panics on stored data.
 
+// openraft's trait methods return its `StorageError` (224 bytes); the
+// helpers here return it too rather than box and unbox it on every call.
+#![allow(clippy::result_large_err)]
+
 use std::fmt::Debug;
 use std::io::Cursor;
 use std::ops::{Bound, RangeBounds};
@@ -521,7 +525,7 @@ pub fn scan_data(
     from: &[u8],
     to: Option<&[u8]>,
     limit: usize,
-) -> Result<Vec<(Vec<u8>, Vec<u8>)>, String> {
+) -> Result<crate::kv::Pairs, String> {
     let lo = keys::data(from);
     let hi = match to {
         Some(t) => keys::data(t),
@@ -554,7 +558,7 @@ fn snapshot_finish(mut out: Vec<u8>) -> Vec<u8> {
 
 /// Decodes snapshot data into user pairs; a bad snapshot is an error
 /// naming the offset.
-pub fn snapshot_decode(data: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, String> {
+pub fn snapshot_decode(data: &[u8]) -> Result<crate::kv::Pairs, String> {
     if data.len() < SNAPSHOT_MAGIC.len() + 4 || !data.starts_with(SNAPSHOT_MAGIC) {
         return Err(format!(
             "snapshot of {} bytes has no TKRS1 header",

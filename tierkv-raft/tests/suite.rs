@@ -150,8 +150,7 @@ fn corrupt_values_are_errors_naming_the_key() {
         let e = sm
             .get_current_snapshot()
             .await
-            .err()
-            .expect("corrupt snapshot meta");
+            .expect_err("corrupt snapshot meta");
         assert!(e.to_string().contains("S:snapshot-meta"), "{e}");
     });
 }
