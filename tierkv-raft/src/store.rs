@@ -435,13 +435,20 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 pub struct StateMachine {
     kv: Arc<dyn Kv>,
     applied: AppliedState,
+    /// Orders the writes of the current snapshot: openraft builds
+    /// snapshots in a task of their own, beside `install_snapshot`.
+    snapshot_lock: Arc<std::sync::Mutex<()>>,
 }
 
 impl StateMachine {
     fn new(kv: Arc<dyn Kv>) -> Result<StateMachine, StorageError<NodeId>> {
         let applied =
             get_json(&*kv, ErrorSubject::StateMachine, keys::APPLIED)?.unwrap_or_default();
-        Ok(StateMachine { kv, applied })
+        Ok(StateMachine {
+            kv,
+            applied,
+            snapshot_lock: Arc::default(),
+        })
     }
 
     /// The store (the server reads `D` keys through it after
@@ -628,6 +635,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
         SnapshotBuilder {
             kv: Arc::clone(&self.kv),
+            snapshot_lock: Arc::clone(&self.snapshot_lock),
         }
     }
     async fn begin_receiving_snapshot(
@@ -669,6 +677,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             encode(subject.clone(), meta)?,
         ));
         ops.push(Op::Put(keys::SNAPSHOT_DATA.to_vec(), data));
+        let _order = self.snapshot_lock.lock().unwrap_or_else(|p| p.into_inner());
         write(&*self.kv, subject, ops, true)?;
         self.applied = applied;
         Ok(())
@@ -723,6 +732,7 @@ fn current_snapshot(kv: &dyn Kv) -> Result<Option<Snapshot<TypeConfig>>, Storage
 /// state and every `D` pair at the same point in time.
 pub struct SnapshotBuilder {
     kv: Arc<dyn Kv>,
+    snapshot_lock: Arc<std::sync::Mutex<()>>,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
@@ -763,7 +773,15 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             ),
             Op::Put(keys::SNAPSHOT_DATA.to_vec(), data.clone()),
         ];
-        write(&*self.kv, subject, ops, true)?;
+        // A snapshot installed while this one was built is newer: keep it
+        // as the current one (this one is still returned to openraft).
+        let _order = self.snapshot_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let stored: Option<SnapshotMeta<NodeId, openraft::BasicNode>> =
+            get_json(&*self.kv, subject.clone(), keys::SNAPSHOT_META)?;
+        let newer_installed = matches!(&stored, Some(m) if m.last_log_id > meta.last_log_id);
+        if !newer_installed {
+            write(&*self.kv, subject, ops, true)?;
+        }
         Ok(Snapshot {
             meta,
             snapshot: Box::new(Cursor::new(data)),
