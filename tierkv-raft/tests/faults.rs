@@ -1,0 +1,271 @@
+//! Faults as processes: a 3-node cluster of `tierkv-raft serve` processes
+//! on loopback, clients appending unique tokens, and the leader killed
+//! with SIGKILL again and again. After every kill a new leader must take
+//! over and the old node restart and catch up (from the log, or from a
+//! snapshot when the leader purged what it lacks). At the end every node
+//! holds the same state, and in it:
+//! - every acknowledged write, exactly once (each write appends a unique
+//!   token, so a lost or duplicated apply is visible);
+//! - no write the client was told definitely failed (never proposed);
+//! - writes whose outcome was unknown (timeout, leader lost after
+//!   proposing) at most once.
+//!
+//! `TIERKV_RAFT_KILLS` (default 20, per store) and
+//! `TIERKV_RAFT_FAULT_STORES` (default `classic`) scale it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tierkv_raft::client::{call, Client, Cluster, Outcome};
+use tierkv_raft::Request;
+
+const CLIENTS: usize = 4;
+
+#[derive(Default)]
+struct Ledger {
+    acked: Vec<String>,
+    failed: Vec<String>,
+    unknown: Vec<String>,
+}
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+#[test]
+fn leader_kills_lose_or_duplicate_no_acknowledged_write() {
+    let kills: usize = env_or("TIERKV_RAFT_KILLS", 20);
+    let stores = std::env::var("TIERKV_RAFT_FAULT_STORES").unwrap_or_else(|_| "classic".into());
+    run_stores(&stores, kills);
+}
+
+/// The same over `triangle` (the PM WAL). Ignored by default: after a few
+/// kill -9 restarts a node's PM region fills with allocated runs no live
+/// structure owns (`tierkv pm` lists them as `unowned_runs`), its flush
+/// waits in `Container::alloc_wait` for pages nothing frees, every write
+/// stalls and the cluster loses its quorum (an engine bug, reported with
+/// the crate). Run it with `cargo test -p tierkv-raft --release --test
+/// faults -- --ignored`.
+#[test]
+#[ignore]
+fn leader_kills_triangle() {
+    run_stores("triangle", env_or("TIERKV_RAFT_KILLS", 20));
+}
+
+fn run_stores(stores: &str, kills: usize) {
+    let stores: Vec<&str> = stores.split(',').filter(|s| !s.is_empty()).collect();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    for (i, store) in stores.iter().enumerate() {
+        rt.block_on(run(store, kills, i as u16));
+    }
+}
+
+async fn run(store: &str, kills: usize, salt: u16) {
+    let started = Instant::now();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let pm = tempfile::tempdir_in("/dev/shm").expect("shm tempdir");
+    let needs_pm = tierkv::Preset::from_name(store).is_some_and(|p| p.needs_pm());
+    let base_port = 20000 + (std::process::id() % 1500) as u16 * 20 + salt * 10;
+    // Small snapshot interval and log tail, so a node that was down a while
+    // catches up from a snapshot.
+    let extra: Vec<String> = [
+        "--snapshot-logs",
+        "300",
+        "--keep-logs",
+        "50",
+        "--memtable-size",
+        "1048576",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_tierkv-raft"));
+    let mut cluster = Cluster::start(
+        exe,
+        3,
+        base_port,
+        store,
+        tmp.path(),
+        needs_pm.then(|| pm.path()),
+        &extra,
+    )
+    .expect("start cluster");
+    if let Err(e) = cluster.form(Duration::from_secs(30)).await {
+        fail(&mut cluster, &format!("form the cluster: {e}")).await;
+    }
+    let members = cluster.members();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let mut clients = Vec::new();
+    for c in 0..CLIENTS {
+        let (stop, ledger, members) = (Arc::clone(&stop), Arc::clone(&ledger), members.clone());
+        clients.push(tokio::spawn(async move {
+            let mut client = Client::new(&members);
+            client.timeout = Duration::from_secs(2);
+            client.patience = Duration::from_secs(5);
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let token = format!("c{c}.{n}");
+                n += 1;
+                let req = Request::Append {
+                    key: format!("k{c}"),
+                    value: format!("{token};"),
+                };
+                let outcome = client.write(&req).await;
+                let mut l = ledger.lock().expect("ledger");
+                match outcome {
+                    Outcome::Ok(_) => l.acked.push(token),
+                    Outcome::Failed(_) => l.failed.push(token),
+                    Outcome::Unknown(_) => l.unknown.push(token),
+                }
+            }
+        }));
+    }
+
+    let mut from_snapshot = 0;
+    for k in 0..kills {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let leader = cluster
+            .wait_leader(Duration::from_secs(20))
+            .await
+            .expect("leader");
+        cluster.kill(leader);
+        let new_leader = match cluster.wait_leader(Duration::from_secs(20)).await {
+            Ok(l) => l,
+            Err(e) => fail(&mut cluster, &format!("kill {k}: no new leader: {e}")).await,
+        };
+        assert_ne!(new_leader, leader);
+        // Every third kill, keep the old leader down while writes go on, so
+        // the new leader snapshots and purges past it.
+        if k % 3 == 2 {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+        }
+        let purged = call(
+            &cluster.nodes[new_leader].addr,
+            hyper::Method::GET,
+            "/metrics",
+            None,
+        )
+        .await
+        .ok()
+        .and_then(|m| m.get("purged").and_then(Value::as_u64));
+        cluster.spawn(leader).expect("restart");
+        let m = match cluster.wait_up(leader, Duration::from_secs(30)).await {
+            Ok(m) => m,
+            Err(e) => {
+                fail(
+                    &mut cluster,
+                    &format!("kill {k}: restarted node not up: {e}"),
+                )
+                .await
+            }
+        };
+        let own_last = m.get("last_log_index").and_then(Value::as_u64).unwrap_or(0);
+        if purged.is_some_and(|p| p > own_last) {
+            from_snapshot += 1;
+        }
+        if let Err(e) = cluster.wait_caught_up(Duration::from_secs(30)).await {
+            fail(
+                &mut cluster,
+                &format!("kill {k}: restarted node does not catch up: {e}"),
+            )
+            .await;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.await.expect("client task");
+    }
+    if let Err(e) = cluster.wait_caught_up(Duration::from_secs(30)).await {
+        fail(
+            &mut cluster,
+            &format!("after the kills, the nodes do not catch up: {e}"),
+        )
+        .await;
+    }
+
+    // The final state, linearizable from the leader, and each node's own.
+    let mut client = Client::new(&members);
+    let state = client.read("/scan").await.expect("scan");
+    for n in &cluster.nodes {
+        let local = call(&n.addr, hyper::Method::GET, "/scan?local=1", None)
+            .await
+            .expect("local scan");
+        assert_eq!(
+            local, state,
+            "node {} differs from the leader's state",
+            n.id
+        );
+    }
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for item in state.get("items").and_then(Value::as_array).expect("items") {
+        let v = item.get(1).and_then(Value::as_str).expect("value");
+        for t in v.split(';').filter(|t| !t.is_empty()) {
+            *seen.entry(t.to_string()).or_default() += 1;
+        }
+    }
+    let l = ledger.lock().expect("ledger");
+    let lost: Vec<_> = l.acked.iter().filter(|t| !seen.contains_key(*t)).collect();
+    let dup: Vec<_> = seen.iter().filter(|(_, &c)| c > 1).collect();
+    let failed_applied: Vec<_> = l.failed.iter().filter(|t| seen.contains_key(*t)).collect();
+    let unknown_applied = l.unknown.iter().filter(|t| seen.contains_key(*t)).count();
+    eprintln!(
+        "faults[{store}]: {kills} leader kills in {:.1}s; {} writes acknowledged, {} definitely failed, {} unknown ({} of them applied); \
+         {from_snapshot} restarts behind the leader's purge point (caught up from a snapshot); lost {}, duplicated {}, failed-but-applied {}",
+        started.elapsed().as_secs_f64(),
+        l.acked.len(),
+        l.failed.len(),
+        l.unknown.len(),
+        unknown_applied,
+        lost.len(),
+        dup.len(),
+        failed_applied.len()
+    );
+    assert!(
+        l.acked.len() > 100,
+        "too few writes acknowledged: {}",
+        l.acked.len()
+    );
+    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
+    assert!(dup.is_empty(), "writes applied more than once: {dup:?}");
+    assert!(
+        failed_applied.is_empty(),
+        "writes told failed were applied: {failed_applied:?}"
+    );
+    cluster.stop();
+}
+
+/// Prints every node's metrics and the end of its log, then panics.
+async fn fail(cluster: &mut Cluster, msg: &str) -> ! {
+    for (i, m) in cluster.metrics().await {
+        eprintln!("node {} metrics: {m}", cluster.nodes[i].id);
+    }
+    for n in &cluster.nodes {
+        let log = std::fs::read_to_string(n.dir.with_file_name(format!("node{}.log", n.id)))
+            .unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(15).collect();
+        eprintln!(
+            "node {} log (last lines, newest first):\n  {}",
+            n.id,
+            tail.join("\n  ")
+        );
+    }
+    if let Ok(secs) =
+        std::env::var("TIERKV_RAFT_HOLD_ON_FAIL").map(|s| s.parse::<u64>().unwrap_or(0))
+    {
+        eprintln!("holding the cluster {secs}s for inspection: {msg}");
+        std::thread::sleep(Duration::from_secs(secs));
+    }
+    panic!("{msg}");
+}
