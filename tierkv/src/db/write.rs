@@ -382,7 +382,10 @@ impl Inner {
                 // writes, until its memtable is flushed. A failed seal
                 // leaves it as after a crash: recovery reads its tail by
                 // the torn-tail rule.
+                let before = old.bytes_written();
                 let _ = old.seal();
+                let sealed = old.bytes_written() - before;
+                self.stats.add_written(|w| w.wal_pm += sealed);
             } else {
                 let number = st.mem.ssd_wals.back().copied().unwrap_or(0);
                 self.closed_logs.lock().push((number, old));
