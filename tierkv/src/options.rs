@@ -150,6 +150,10 @@ pub struct Options {
     pub wal_recovery: WalRecovery,
 
     /// Bytes a memtable holds before it becomes immutable (`write_buffer_size`).
+    /// A design with a PM tier flushes memtables into PM whole and sizes
+    /// its PM for this much: there a memtable switches before a write that
+    /// would grow it past this size, and a write batch larger than it is
+    /// refused (`Error::InvalidArgument`).
     pub memtable_size_bytes: usize,
     /// Memtables in DRAM at most, mutable one included (`max_write_buffer_number`).
     pub memtable_count_max: usize,

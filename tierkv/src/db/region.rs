@@ -213,6 +213,11 @@ impl Regions {
         }
     }
 
+    /// Bytes of the mutable memtables, all regions together.
+    pub fn mutable_bytes(&self) -> usize {
+        self.regions.iter().map(|r| r.mem.size_bytes()).sum()
+    }
+
     /// Whether any mutable memtable holds data.
     pub fn any_mutable_data(&self) -> bool {
         self.regions.iter().any(|r| !r.mem.is_empty())

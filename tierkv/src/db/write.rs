@@ -286,7 +286,28 @@ impl Inner {
 
     /// Leader only: waits out stalls and switches to a new memtable when the
     /// current one is full (or `force` and non-empty).
+    ///
+    /// A design with a PM tier flushes each memtable into PM whole, and its
+    /// PM was sized at open for memtables of `memtable_size_bytes` (two
+    /// WALs and a flushed memtable at least): a bigger memtable could wait
+    /// for PM that nothing frees. So there the memtable switches before a
+    /// write that would grow it past its size, and a batch larger than a
+    /// memtable is refused before anything is logged.
     fn make_room_for_write(&self, bytes: usize, force: bool) -> Result<()> {
+        let bound = self
+            .opts
+            .design
+            .needs_pm()
+            .then_some(self.opts.memtable_size_bytes);
+        if let Some(b) = bound.filter(|&b| bytes > b) {
+            return Err(Error::InvalidArgument(format!(
+                "a write batch of {bytes} bytes is larger than `memtable_size_bytes` = {b}: \
+                 design `{}` flushes each memtable into PM whole, so it takes batches up \
+                 to a memtable's size; split the batch or raise `memtable_size_bytes` \
+                 (and `pm_size_bytes` with it)",
+                self.opts.design
+            )));
+        }
         let mut delayed = false;
         let mut paced = !self.opts.write_pacing || force;
         let mut stopped = StopEpisode {
@@ -312,7 +333,11 @@ impl Inner {
                 }
             }
             let control = self.write_control(&mut st);
-            let mem_full = st.mem.mutable_full(&self.opts) || (force && st.mem.any_mutable_data());
+            let mem_full = st.mem.mutable_full(&self.opts)
+                || (force && st.mem.any_mutable_data())
+                || bound.is_some_and(|b| {
+                    st.mem.any_mutable_data() && st.mem.mutable_bytes() + bytes > b
+                });
             match control {
                 WriteControl::Delay(cause) if !delayed && !force => {
                     stopped.end();
