@@ -243,20 +243,10 @@ impl LogStore {
         lower: u64,
         upper: Option<u64>,
     ) -> Result<Vec<Entry<TypeConfig>>, StorageError<NodeId>> {
-        let lo = keys::log(lower);
-        let hi_key;
-        let hi: &[u8] = match upper {
-            Some(u) => {
-                hi_key = keys::log(u);
-                &hi_key
-            }
-            None => keys::LOG_END,
-        };
         if upper.is_some_and(|u| u <= lower) {
             return Ok(Vec::new());
         }
-        let pairs = blocking(|| self.kv.scan(&lo, hi, false, usize::MAX))
-            .map_err(|e| io_err(ErrorSubject::Logs, ErrorVerb::Read, e))?;
+        let pairs = self.scan_log(lower, upper)?;
         let mut out = Vec::with_capacity(pairs.len());
         for (k, v) in pairs {
             let entry: Entry<TypeConfig> = decode(ErrorSubject::Logs, &k, &v)?;
@@ -292,18 +282,22 @@ impl LogStore {
         lower: u64,
         upper: Option<u64>,
     ) -> Result<Vec<Vec<u8>>, StorageError<NodeId>> {
-        let lo = keys::log(lower);
-        let hi_key;
-        let hi: &[u8] = match upper {
-            Some(u) => {
-                hi_key = keys::log(u);
-                &hi_key
-            }
-            None => keys::LOG_END,
-        };
-        let pairs = blocking(|| self.kv.scan(&lo, hi, false, usize::MAX))
-            .map_err(|e| io_err(ErrorSubject::Logs, ErrorVerb::Read, e))?;
+        let pairs = self.scan_log(lower, upper)?;
         Ok(pairs.into_iter().map(|(k, _)| k).collect())
+    }
+
+    /// The stored (key, value) pairs of the log entries in `[lower,
+    /// upper)` (`None`: to the end of the log), in index order.
+    fn scan_log(
+        &self,
+        lower: u64,
+        upper: Option<u64>,
+    ) -> Result<crate::kv::Pairs, StorageError<NodeId>> {
+        let lo = keys::log(lower);
+        let hi_key = upper.map(keys::log);
+        let hi: &[u8] = hi_key.as_ref().map_or(keys::LOG_END, |k| &k[..]);
+        blocking(|| self.kv.scan(&lo, hi, false, usize::MAX))
+            .map_err(|e| io_err(ErrorSubject::Logs, ErrorVerb::Read, e))
     }
 }
 
