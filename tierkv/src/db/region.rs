@@ -179,9 +179,7 @@ impl Regions {
     pub fn mutable_full(&self, opts: &Options) -> bool {
         match self.regions.as_slice() {
             [one] => one.mem.size_bytes() >= opts.memtable_size_bytes,
-            all => {
-                all.iter().map(|r| r.mem.size_bytes()).sum::<usize>() >= opts.memtable_size_bytes
-            }
+            _ => self.mutable_bytes() >= opts.memtable_size_bytes,
         }
     }
 
