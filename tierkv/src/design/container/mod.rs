@@ -778,8 +778,11 @@ impl Container {
         Headroom {
             free_bytes: self.free_bytes().saturating_sub(need) / 2,
             capacity_bytes: (data_pages * PAGE).saturating_sub(self.cfg.wal_reserve_bytes) / 2,
-            // A memtable switch reserves a whole row at once.
-            step_bytes: self.cfg.row_estimate_bytes / 2,
+            // A memtable switch reserves a whole row at once (`need`
+            // grows by a row), and the flush that follows allocates that
+            // row while `need` still counts it: two half-rows of user
+            // bytes, each taken at once.
+            step_bytes: self.cfg.row_estimate_bytes,
         }
     }
 
