@@ -241,6 +241,9 @@ impl Inner {
         };
         edit.region = region as u32;
         edit.log_number = Some(next_log);
+        // The edit names the next log as where recovery starts: its name
+        // must be durable first.
+        self.sync_wal_dir()?;
         let pm_logs: Vec<_> = self
             .versions
             .pm_wals()

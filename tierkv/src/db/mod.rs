@@ -45,7 +45,7 @@
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -196,6 +196,9 @@ struct Inner {
     /// SSD WALs retired by memtable switches and not known durable yet,
     /// with their numbers, oldest first.
     closed_logs: Mutex<Vec<(u64, Box<dyn LogWriter>)>>,
+    /// An SSD WAL was created since the directory was last synced
+    /// ([`Inner::sync_wal_dir`]): its name is not yet crash-proof.
+    wal_dir_unsynced: AtomicBool,
     /// User bytes the write path admits (the pickers' load figure).
     admitted: RateMeter,
     super_version: RwLock<Arc<SuperVersion>>,
@@ -468,6 +471,7 @@ impl Db {
             .and_then(|()| {
                 let mut log = self.inner.log.lock();
                 log.sync()?;
+                self.inner.sync_wal_dir()?;
                 log.seal()
             })
             .and_then(|()| match detach {

@@ -39,7 +39,7 @@
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::path::Path;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -231,6 +231,7 @@ pub(super) fn open(
         pm_wals.as_ref(),
         &stats,
         log_number,
+        true,
     )?;
     let mut edits = replay.edits;
     edits[0].new_pm_wals.extend(log.pm_wal);
@@ -294,6 +295,7 @@ pub(super) fn open(
         writers_cv: Condvar::new(),
         log: Mutex::new(log.writer),
         closed_logs: Mutex::new(Vec::new()),
+        wal_dir_unsynced: AtomicBool::new(false),
         admitted: RateMeter::new(),
         super_version: RwLock::new(Arc::new(sv)),
         last_seq: AtomicU64::new(replay.last_seq),

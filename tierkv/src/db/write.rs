@@ -61,7 +61,9 @@ pub(super) struct NewLog {
 
 /// Creates log `n`: the design's own log if it has one, else the WAL on
 /// the configured tier. What creating it wrote (a PM log's header) is
-/// counted as WAL bytes.
+/// counted as WAL bytes. An SSD WAL's name is synced into the directory
+/// now if `sync_dir`, else left to [`Inner::sync_wal_dir`] (`NewLog::ssd_file`
+/// tells the caller to arrange it).
 pub(super) fn new_log(
     opts: &Options,
     fs: &Arc<dyn FileSystem>,
@@ -70,8 +72,9 @@ pub(super) fn new_log(
     pm_wals: Option<&PmWals>,
     stats: &StatsRecorder,
     n: u64,
+    sync_dir: bool,
 ) -> Result<NewLog> {
-    let log = create_log(opts, fs, dir, design, pm_wals, n)?;
+    let log = create_log(opts, fs, dir, design, pm_wals, n, sync_dir)?;
     let created = log.writer.bytes_written();
     let in_pm = log.writer.in_pm();
     stats.add_written(|w| {
@@ -91,6 +94,7 @@ fn create_log(
     design: &dyn Design,
     pm_wals: Option<&PmWals>,
     n: u64,
+    sync_dir: bool,
 ) -> Result<NewLog> {
     if let Some(log) = design.log() {
         let (writer, locator) = log.create(n)?;
@@ -121,8 +125,11 @@ fn create_log(
                 ..WriteHint::default()
             };
             let file = fs.create(&dir.join(wal_name(n)), hint)?;
-            // The name must survive a crash for synced records to.
-            fs.sync_dir(dir)?;
+            // The name must survive a crash for synced records to: now, or
+            // before the first sync write (`Inner::sync_wal_dir`).
+            if sync_dir {
+                fs.sync_dir(dir)?;
+            }
             Ok(NewLog {
                 writer: Box::new(wal::Writer::new(FileSink(file), n)),
                 pm_wal: None,
@@ -238,8 +245,10 @@ impl Inner {
             let in_pm = log.in_pm();
             let r = log.add_record(batch.encoded()).and_then(|()| {
                 if sync && !in_pm {
-                    // Closed logs first, so a crash keeps a prefix of the writes.
+                    // Closed logs first, so a crash keeps a prefix of the
+                    // writes; and the logs' names.
                     self.sync_closed_logs()?;
+                    self.sync_wal_dir()?;
                 }
                 if sync || in_pm {
                     log.sync()
@@ -385,7 +394,15 @@ impl Inner {
                 self.pm_wals.as_ref(),
                 &self.stats,
                 n,
+                false,
             )?;
+            if log.ssd_file {
+                // Its name is synced before a sync write, a flush's edit or
+                // a clean close needs it, not here: a directory fsync in
+                // the write path took 10-130 ms under a fill's writeback
+                // (perf sched timehist, README "Stalls").
+                self.wal_dir_unsynced.store(true, Ordering::Release);
+            }
             if let Some(w) = log.pm_wal {
                 let edit = VersionEdit {
                     new_pm_wals: vec![w],
@@ -423,6 +440,20 @@ impl Inner {
             self.bg_cv.notify_all();
             return Ok(());
         }
+    }
+
+    /// Makes the names of the SSD WALs created so far crash-proof (one
+    /// directory sync, if any was created since the last). RocksDB syncs a
+    /// new log's directory the same way, lazily, before the first sync
+    /// write to it.
+    pub(super) fn sync_wal_dir(&self) -> Result<()> {
+        if self.wal_dir_unsynced.swap(false, Ordering::AcqRel) {
+            if let Err(e) = self.fs.sync_dir(&self.dir) {
+                self.wal_dir_unsynced.store(true, Ordering::Release);
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     /// Syncs (and closes) the SSD logs retired since the last call, oldest
