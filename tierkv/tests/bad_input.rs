@@ -106,6 +106,13 @@ fn invalid_options_are_refused_naming_the_option() {
     );
     invalid(
         Options {
+            background_nice: 20,
+            ..base()
+        },
+        "background_nice",
+    );
+    invalid(
+        Options {
             block_size_bytes: 3,
             ..base()
         },

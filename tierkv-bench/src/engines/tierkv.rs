@@ -115,6 +115,9 @@ pub enum Knob {
     Collectors(u64),
     /// `pace=0|1`: the pacing write controller off or on.
     Pacing(bool),
+    /// `nice=`: the background threads' added niceness, 0..=19
+    /// (`Options::background_nice`, default 0).
+    Nice(u64),
     /// `rt=`: rangetab's number of RangeTabs (default: as many as the PM
     /// holds at two buffers of the capacity each).
     RangeTabs(u64),
@@ -205,6 +208,12 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
             "limit" => Knob::ContainerLimit(n),
             "k" if n >= 1 => Knob::Collectors(n),
             "pace" if n <= 1 => Knob::Pacing(n == 1),
+            "nice" if n <= 19 => Knob::Nice(n),
+            "nice" => {
+                return Err(Error::Usage(format!(
+                    "knob `{part}` of `{spec}`: nice is 0..=19"
+                )))
+            }
             "vsst" if n <= 1 => Knob::Vsst(n == 1),
             "pace" | "vsst" => {
                 return Err(Error::Usage(format!(
@@ -241,7 +250,7 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
             }
             _ => {
                 return Err(Error::Usage(format!(
-                    "unknown knob `{name}` in `{spec}`; knobs: mem, sst, phi, f, l0, batch, l1, regions, hints, limit, k, pace, rt, cap, prefix, quantiles, hash, faithful, cache, pmlv, seg, tbl, relink, entry, copy, paper, vsst"
+                    "unknown knob `{name}` in `{spec}`; knobs: mem, sst, phi, f, l0, batch, l1, regions, hints, limit, k, pace, nice, rt, cap, prefix, quantiles, hash, faithful, cache, pmlv, seg, tbl, relink, entry, copy, paper, vsst"
                 )))
             }
         });
@@ -270,6 +279,7 @@ pub fn options_for_spec(preset: Preset, spec: &str, setup: &EngineSetup) -> Resu
             | Knob::ContainerLimit(_)
             | Knob::Collectors(_)
             | Knob::Pacing(_)
+            | Knob::Nice(_)
             | Knob::RangeTabs(_)
             | Knob::Capacity(_)
             | Knob::Prefix(_)
@@ -298,6 +308,7 @@ pub fn options_for_spec(preset: Preset, spec: &str, setup: &EngineSetup) -> Resu
             Knob::ContainerLimit(n) => o.pm_container_limit_bytes = n,
             Knob::Collectors(n) => o.pm_collector_threads = n as usize,
             Knob::Pacing(on) => o.write_pacing = on,
+            Knob::Nice(n) => o.background_nice = n as i32,
             Knob::RangeTabs(n) => o.rangetab_count = n as usize,
             Knob::Capacity(n) => o.rangetab_capacity_bytes = n,
             Knob::Prefix(n) => o.rangetab_prefix_bytes = n as usize,

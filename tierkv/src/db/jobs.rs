@@ -36,7 +36,10 @@ pub(super) fn start_background(inner: &Arc<Inner>) -> Vec<JoinHandle<()>> {
             let inner = Arc::clone(inner);
             std::thread::Builder::new()
                 .name(format!("tierkv-bg-{i}"))
-                .spawn(move || inner.background_loop(role))
+                .spawn(move || {
+                    lower_priority(inner.opts.background_nice);
+                    inner.background_loop(role)
+                })
                 .map_err(|e| Error::io("spawn background thread", e))
         })
         .filter_map(|r| match r {
@@ -47,6 +50,30 @@ pub(super) fn start_background(inner: &Arc<Inner>) -> Vec<JoinHandle<()>> {
             }
         })
         .collect()
+}
+
+/// Raises the calling thread's niceness by `nice` (`Options::background_nice`);
+/// threads it starts inherit it. A failure (a sandbox refusing it) costs
+/// latency, not correctness: logged, and the thread goes on.
+fn lower_priority(nice: i32) {
+    if nice == 0 {
+        return;
+    }
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: plain system calls on the calling thread's own id.
+        let tid = unsafe { libc::gettid() } as libc::id_t;
+        let r = unsafe {
+            let now = libc::getpriority(libc::PRIO_PROCESS, tid);
+            libc::setpriority(libc::PRIO_PROCESS, tid, (now + nice).min(19))
+        };
+        if r != 0 {
+            log::warn!(
+                "could not lower the background thread's priority by {nice}: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
