@@ -401,6 +401,16 @@ impl RateMeter {
     }
 }
 
+impl State {
+    /// Region `i`'s immutable memtables the design must keep room for
+    /// (`Design::write_control`): all but one whose flush has built its
+    /// output (which then holds its room) and awaits its edit.
+    fn waiting_imms(&self, i: usize) -> usize {
+        let n = self.mem.regions[i].imms.len();
+        n - usize::from(self.flush_built == Some(i) && n > 0)
+    }
+}
+
 impl Inner {
     /// The strictest region's verdict and the total debt. REQUIRES: `state`
     /// locked.
@@ -412,8 +422,8 @@ impl Inner {
         };
         let mut verdict = WriteControl::Proceed;
         let mut debt = 0u64;
-        for (v, r) in self.versions.current_all().iter().zip(&st.mem.regions) {
-            let c = self.design.write_control(v, r.imms.len());
+        for (i, v) in self.versions.current_all().iter().enumerate() {
+            let c = self.design.write_control(v, st.waiting_imms(i));
             if rank(&c) > rank(&verdict) {
                 verdict = c;
             }
@@ -433,8 +443,8 @@ impl Inner {
             .versions
             .current_all()
             .iter()
-            .zip(&st.mem.regions)
-            .filter_map(|(v, r)| self.design.headroom(v, r.imms.len()))
+            .enumerate()
+            .filter_map(|(i, v)| self.design.headroom(v, st.waiting_imms(i)))
             .min_by_key(|h| h.free_bytes);
         let admitted = self.stats.user_bytes.load(Ordering::Relaxed);
         st.pacer.sample(now, admitted, [Some(mem), design]);
@@ -447,7 +457,7 @@ impl Inner {
     pub(super) fn write_control(&self, st: &mut State) -> WriteControl {
         let key = (
             self.versions.generation(),
-            st.mem.imm_count(),
+            st.mem.imm_count().saturating_sub(usize::from(st.flush_built.is_some())),
             self.design.write_control_epoch(),
         );
         if let Some((k, c)) = st.control.cache {

@@ -147,6 +147,7 @@ impl Inner {
                     let r = self.run_flush(region, &mem);
                     st = self.state.lock();
                     st.flushing = false;
+                    st.flush_built = None;
                     match r {
                         Ok(wals) => {
                             dead_wals = wals;
@@ -258,6 +259,7 @@ impl Inner {
         self.design.prepare_flush(mem)?;
         let env = self.job_env(self.versions.current_in(region));
         let JobOutput { mut edit, written } = self.design.flush(&env, mem)?;
+        self.state.lock().flush_built = Some(region);
         // The region's records below its next memtable's log are now in
         // tables; logs below the bound hold no unflushed record of any
         // region. (Flushes run one at a time, and memtables created later

@@ -162,6 +162,10 @@ struct State {
     mem: Regions,
     busy: HashSet<u64>,
     flushing: bool,
+    /// The region whose oldest immutable memtable's flush has built its
+    /// output and awaits its edit: that memtable no longer counts among
+    /// those the design keeps room for (`State::waiting_imms`).
+    flush_built: Option<usize>,
     compactions_running: usize,
     manual_running: bool,
     bg_error: Option<Error>,

@@ -282,6 +282,7 @@ pub(super) fn open(
             mem,
             busy: HashSet::new(),
             flushing: false,
+            flush_built: None,
             compactions_running: 0,
             manual_running: false,
             bg_error: None,

@@ -411,7 +411,10 @@ pub trait Design: Send + Sync {
     fn run(&self, env: &JobEnv, task: &Task) -> Result<JobOutput>;
 
     /// Whether writes may proceed given the version and the number of
-    /// immutable memtables waiting to be flushed.
+    /// immutable memtables waiting to be flushed: those whose flush has
+    /// not yet built its output (once it has, the output holds its room
+    /// while the flush's edit is made durable, and the memtable is not
+    /// counted).
     fn write_control(&self, v: &Version, immutable_count: usize) -> WriteControl;
 
     /// Room left before [`Design::write_control`] stops writes (the pacing

@@ -75,6 +75,7 @@
 //!    outputs lie within its input tables and the span of the rows).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -654,6 +655,11 @@ pub struct Container {
     rows: Arc<RowCache>,
     recent: Mutex<Vec<Recent>>,
     reserved: Mutex<Reservation>,
+    /// PM bytes the flush under way set aside for its row
+    /// ([`Container::prepare_flush`]) until it ends: its memtable is still
+    /// counted among the immutable ones, whose rows the write controller
+    /// keeps room for, but that room is already taken from free PM.
+    flush_held: AtomicU64,
     /// Leveled compaction below L1.
     pub leveled: Classic,
 }
@@ -676,6 +682,7 @@ impl Container {
             cfg,
             recent: Mutex::new(Vec::new()),
             reserved: Mutex::new(Reservation::default()),
+            flush_held: AtomicU64::new(0),
             leveled: Classic::new(opts),
         })
     }
@@ -751,12 +758,20 @@ impl Container {
         }
     }
 
+    /// PM the stop keeps free: the rows of the memtables waiting to be
+    /// flushed, less what the flush under way has already set aside, plus
+    /// a few WAL extents (see [`Config::new`]).
+    fn need_bytes(&self, immutable_count: usize) -> u64 {
+        (immutable_count as u64 * self.cfg.row_estimate_bytes)
+            .saturating_sub(self.flush_held.load(Ordering::Acquire))
+            + self.cfg.wal_reserve_bytes
+    }
+
     /// The write controller: writes stop (a recorded `PmFull` stall) only
     /// when PM could not take the rows of the memtables waiting to be
-    /// flushed plus a few WAL extents (see [`Config::new`]).
+    /// flushed plus a few WAL extents ([`Container::need_bytes`]).
     pub fn write_control(&self, immutable_count: usize) -> WriteControl {
-        let need =
-            immutable_count as u64 * self.cfg.row_estimate_bytes + self.cfg.wal_reserve_bytes;
+        let need = self.need_bytes(immutable_count);
         if self.free_bytes() < need {
             WriteControl::Stop(StallCause::PmFull)
         } else {
@@ -769,8 +784,7 @@ impl Container {
     /// and WAL extents, halved because until its flush frees the WAL each
     /// user byte takes PM twice (WAL record, then row).
     pub fn headroom(&self, immutable_count: usize) -> Headroom {
-        let need =
-            immutable_count as u64 * self.cfg.row_estimate_bytes + self.cfg.wal_reserve_bytes;
+        let need = self.need_bytes(immutable_count);
         let data_pages = {
             let a = self.pm.allocator();
             a.total_pages() - a.data_start_page()
@@ -779,19 +793,20 @@ impl Container {
             free_bytes: self.free_bytes().saturating_sub(need) / 2,
             capacity_bytes: (data_pages * PAGE).saturating_sub(self.cfg.wal_reserve_bytes) / 2,
             // A memtable switch reserves a whole row at once (`need`
-            // grows by a row), and the flush that follows allocates that
-            // row while `need` still counts it: two half-rows of user
-            // bytes, each taken at once.
-            step_bytes: self.cfg.row_estimate_bytes,
+            // grows by a row; the flush's own allocation of it is then
+            // not counted again, `flush_held`).
+            step_bytes: self.cfg.row_estimate_bytes / 2,
         }
     }
 
-    /// Changes whenever free PM moves by a 64th of a memtable: the
+    /// Changes whenever free PM moves by a 64th of a memtable, and when a
+    /// flush sets its row aside or ends: the
     /// write-control verdict follows free PM, which each write's WAL record
     /// consumes.
     pub fn write_control_epoch(&self) -> u64 {
         let step = (self.cfg.row_estimate_bytes / 64).max(PAGE) / PAGE;
-        self.pm.allocator().free_pages() / step
+        let held = self.flush_held.load(Ordering::Acquire) > 0;
+        (self.pm.allocator().free_pages() / step) << 1 | u64::from(held)
     }
 
     /// The L1+ picker on a copy of `v` without its rows.
@@ -861,7 +876,9 @@ impl Container {
             }
             return Err(e);
         }
+        let held: u64 = r.meta.iter().chain(&r.data).map(|run| run.count * PAGE).sum();
         *self.reserved.lock() = r;
+        self.flush_held.store(held, Ordering::Release);
         Ok(())
     }
 
@@ -880,6 +897,9 @@ impl Container {
     pub fn flush(&self, env: &JobEnv, mem: &Arc<MemTable>) -> Result<JobOutput> {
         let r = self.flush_inner(env, mem);
         self.release_reservation();
+        // The engine stops counting the memtable among the waiting ones
+        // now (`Design::write_control`).
+        self.flush_held.store(0, Ordering::Release);
         r
     }
 
