@@ -60,6 +60,13 @@ fn openraft_suite_triangle() {
 }
 
 #[test]
+fn openraft_suite_matrix_rangetab() {
+    for p in [tierkv::Preset::Matrix, tierkv::Preset::RangeTab] {
+        suite(Backend::Tierkv(p));
+    }
+}
+
+#[test]
 fn openraft_suite_more_designs() {
     for p in [
         tierkv::Preset::Vlsm,
