@@ -21,8 +21,9 @@
 //! 1. The log is contiguous: `truncate` deletes every entry from an index
 //!    to the end, `purge` every entry up to an index together with
 //!    `M:purged`, each in one atomic batch, so no crash leaves a gap.
-//! 2. `S:applied` moves with the data it describes: `apply` writes the
-//!    entries' effects and the new applied state in one batch. While
+//! 2. `S:applied` moves with the data it describes: each batch `apply`
+//!    writes holds the effects of a run of entries (one final value per
+//!    key) and the applied state as of the run's last entry. While
 //!    `S:installing` exists the `D` range may be a mix of two states and
 //!    is never served as applied (below).
 //! 3. Durable before return: the vote, log appends (the flush callback is
@@ -32,10 +33,12 @@
 //!    writes are not synced: they follow the log in the same WAL, so a
 //!    crash loses at most a suffix of applies, which openraft re-applies
 //!    from the (synced) log.
-//! 4. No batch is larger than [`StoreOptions::batch_bytes`] (a single pair
-//!    larger than that goes alone), so the snapshot's size is bounded by
-//!    the store, not by a memtable: a PM design refuses a batch larger
-//!    than `memtable_size_bytes`.
+//! 4. No batch of a snapshot's build or install, nor of `apply`, is
+//!    larger than [`StoreOptions::batch_bytes`] (a single pair larger than
+//!    that goes alone), so the snapshot's size is bounded by the store,
+//!    not by a memtable: a PM design refuses a batch larger than
+//!    `memtable_size_bytes`. (`append`'s batch is bounded by openraft's
+//!    `max_payload_entries`.)
 //! 5. `S:snapshot-chunks` and `S:snapshot-meta` change together in one
 //!    batch and name chunks that were all written (synced) before it; a
 //!    chunk generation that neither they nor `S:installing` name is
@@ -639,16 +642,25 @@ impl StateMachine {
 }
 
 impl StateMachine {
+    /// Applies `entries` in batches of at most `batch_bytes` (a single
+    /// value larger than that goes alone): each batch holds the final
+    /// value of every key its entries write (an `Append` rewrites the
+    /// whole value, so a key appended to many times is written once, not
+    /// once per entry) and `S:applied` as of its last entry, so the
+    /// applied state still moves with the data it describes.
     fn apply_entries<I>(&mut self, entries: I) -> Result<Vec<Response>, StorageError<NodeId>>
     where
         I: IntoIterator<Item = Entry<TypeConfig>>,
     {
         self.shared.check(ErrorSubject::StateMachine)?;
         let mut applied = self.applied.clone();
-        let mut ops = Vec::new();
         let mut responses = Vec::new();
-        // Values written earlier in this batch (reads must see them).
+        // Values written earlier in this call (reads must see them).
         let mut pending: std::collections::HashMap<Vec<u8>, Option<Vec<u8>>> = Default::default();
+        // Keys written since the last batch, in first-write order, and
+        // the bytes their ops take.
+        let mut dirty: Vec<Vec<u8>> = Vec::new();
+        let mut dirty_bytes = 0usize;
         for e in entries {
             applied.last_applied = Some(e.log_id);
             match e.payload {
@@ -678,27 +690,53 @@ impl StateMachine {
                             Some(v)
                         }
                     };
-                    match &next {
-                        Some(v) => ops.push(Op::Put(key.clone(), v.clone())),
-                        None => ops.push(Op::Delete(key.clone())),
+                    let size =
+                        |v: &Option<Vec<u8>>| 16 + key.len() + v.as_ref().map_or(0, Vec::len);
+                    match pending.get(&key) {
+                        Some(old) if dirty.contains(&key) => dirty_bytes -= size(old),
+                        _ => dirty.push(key.clone()),
                     }
+                    dirty_bytes += size(&next);
                     pending.insert(key, next);
                     responses.push(Response {
                         prev: prev.map(|p| String::from_utf8_lossy(&p).into_owned()),
                     });
                 }
             }
+            if dirty_bytes >= self.opts.batch_bytes {
+                self.write_applied(&mut dirty, &pending, &applied)?;
+                dirty_bytes = 0;
+            }
         }
-        if applied.last_applied == self.applied.last_applied {
-            return Ok(responses);
+        if applied.last_applied != self.applied.last_applied {
+            self.write_applied(&mut dirty, &pending, &applied)?;
+        }
+        Ok(responses)
+    }
+
+    /// Writes the current values of the `dirty` keys and `applied` in one
+    /// batch.
+    fn write_applied(
+        &mut self,
+        dirty: &mut Vec<Vec<u8>>,
+        pending: &std::collections::HashMap<Vec<u8>, Option<Vec<u8>>>,
+        applied: &AppliedState,
+    ) -> Result<(), StorageError<NodeId>> {
+        let mut ops = Vec::with_capacity(dirty.len() + 1);
+        for key in dirty.drain(..) {
+            match pending.get(&key) {
+                Some(Some(v)) => ops.push(Op::Put(key, v.clone())),
+                Some(None) => ops.push(Op::Delete(key)),
+                None => debug_assert!(false, "a dirty key has no pending value"),
+            }
         }
         ops.push(Op::Put(
             keys::APPLIED.to_vec(),
-            encode(ErrorSubject::StateMachine, &applied)?,
+            encode(ErrorSubject::StateMachine, applied)?,
         ));
         write(&*self.kv, ErrorSubject::StateMachine, ops, false)?;
-        self.applied = applied;
-        Ok(responses)
+        self.applied = applied.clone();
+        Ok(())
     }
 }
 
