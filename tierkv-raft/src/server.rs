@@ -260,6 +260,7 @@ async fn metrics(State(app): State<App>) -> HttpResponse {
     Json(json!({
         "id": m.id,
         "state": format!("{:?}", m.state),
+        "fatal": m.running_state.as_ref().err().map(|e| e.to_string()),
         "current_term": m.current_term,
         "current_leader": m.current_leader,
         "last_log_index": m.last_log_index,
