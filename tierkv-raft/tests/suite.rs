@@ -165,6 +165,33 @@ fn corrupt_values_are_errors_naming_the_key() {
     });
 }
 
+/// A damaged or missing chunk of the current snapshot is an error naming
+/// the chunk set or the chunk, never wrong data.
+#[test]
+fn corrupt_snapshot_chunk_is_an_error() {
+    rt().block_on(async {
+        let node = Node::new(16 << 10, 1 << 20);
+        let (kv, _log, mut sm) = node.open(None);
+        let keys: Vec<String> = (0..64).map(|i| format!("k{i:04}")).collect();
+        apply_puts(&mut sm, 1, &keys, "v", 512).await;
+        sm.get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .expect("build");
+        let chunks = kv.scan(b"C", b"D", false, usize::MAX).expect("scan chunks");
+        assert!(chunks.len() > 4, "{} chunks", chunks.len());
+        let (k, mut v) = chunks[2].clone();
+        v[0] ^= 1;
+        kv.write(vec![Op::Put(k.clone(), v)], true).expect("write");
+        let e = sm.get_current_snapshot().await.expect_err("damaged chunk");
+        assert!(e.to_string().contains("S:snapshot-chunks"), "{e}");
+        kv.write(vec![Op::Delete(k)], true).expect("write");
+        let e = sm.get_current_snapshot().await.expect_err("missing chunk");
+        assert!(e.to_string().contains("lacks chunk 2"), "{e}");
+    });
+}
+
 /// Snapshot data that fails its checksum or is cut short is refused by
 /// `install_snapshot`, and the state is left as it was.
 #[test]
