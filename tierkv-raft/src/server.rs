@@ -260,6 +260,7 @@ async fn metrics(State(app): State<App>) -> HttpResponse {
     Json(json!({
         "id": m.id,
         "state": format!("{:?}", m.state),
+        "fatal": m.running_state.as_ref().err().map(|e| e.to_string()),
         "current_term": m.current_term,
         "current_leader": m.current_leader,
         "last_log_index": m.last_log_index,
@@ -347,8 +348,11 @@ impl NodeConfig {
 pub async fn run_node(cfg: NodeConfig) -> Result<(), String> {
     let _ = SELF_ADDR.set(cfg.addr.clone());
     let kv = cfg.kv.open()?;
-    let (log_store, sm) =
-        store::open(Arc::clone(&kv)).map_err(|e| format!("open the raft store: {e}"))?;
+    let (log_store, sm) = store::open_with(
+        Arc::clone(&kv),
+        store::StoreOptions::for_memtable(cfg.kv.memtable_size_bytes),
+    )
+    .map_err(|e| format!("open the raft store: {e}"))?;
     let raft = Raft::new(
         cfg.id,
         Arc::new(cfg.raft_config()?),
