@@ -210,7 +210,7 @@ impl Rig {
         self.cd.is_on()
     }
 
-    fn contents(&self) -> Model {
+    fn contents(&self, what: &str) -> Model {
         let mut it = self.db().iter(ReadOptions::default()).expect("iter");
         it.seek_to_first();
         let mut m = Model::new();
@@ -218,7 +218,9 @@ impl Rig {
             m.insert(it.key().to_vec(), it.value().to_vec());
             it.next();
         }
-        it.status().expect("scan");
+        if let Err(e) = it.status() {
+            panic!("{what}: scan: {e}");
+        }
         m
     }
 
@@ -290,7 +292,7 @@ fn write(db: &Db, model: &mut Model, start: u64, n: u64) {
 }
 
 fn check(rig: &Rig, model: &Model, what: &str) {
-    let got = rig.contents();
+    let got = rig.contents(what);
     if &got != model {
         let missing = model.keys().filter(|k| !got.contains_key(*k)).count();
         let extra = got.keys().filter(|k| !model.contains_key(*k)).count();

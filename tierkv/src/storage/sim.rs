@@ -12,6 +12,14 @@
 //! probability ½ (a seeded choice), so a structure that relies on anything
 //! but explicit persists and 8-byte atomic commits fails the tests.
 //!
+//! A machine stops at a power loss; a test's process does not: its threads
+//! go on after the cut ([`Power::cut`], or a spent persist budget), their
+//! syncs and persists silently dropped, so the engine believes edits
+//! durable that are not, frees pages a durable table still lists and
+//! writes into them. No such store can reach the media of a real machine:
+//! the words written after the cut are recorded and never evicted into the
+//! durable image.
+//!
 //! [`SimRegion::set_persist_budget`] lets only the next `n` persists take
 //! effect, so a test can crash at every persist point of an operation;
 //! [`SimRegion::persist_count`] counts them.
@@ -41,6 +49,10 @@ pub struct SimRegion {
     budget: Mutex<Option<u64>>,
     persists: AtomicU64,
     power: Mutex<Power>,
+    /// Byte ranges stored after the power went (module doc): never
+    /// evicted. Held while such a store is made, and by an eviction scan,
+    /// so that a scan sees each one whole and recorded, or not at all.
+    after_cut: Mutex<Vec<(usize, usize)>>,
 }
 
 // SAFETY: the volatile image is only accessed through raw pointers derived
@@ -73,6 +85,7 @@ impl SimRegion {
             budget: Mutex::new(None),
             persists: AtomicU64::new(0),
             power: Mutex::new(Power::new()),
+            after_cut: Mutex::new(Vec::new()),
         }
     }
 
@@ -102,13 +115,29 @@ impl SimRegion {
     }
 
     /// Like [`crash`](Self::crash), but each unpersisted dirty 8-byte word
-    /// also survives with probability ½, chosen by `seed`.
+    /// stored before the power went also survives with probability ½,
+    /// chosen by `seed`. Threads may still be storing (module doc).
     pub fn crash_with_evictions(&self, seed: u64) -> SimRegion {
+        let after_cut = self.after_cut.lock();
+        let mut late: Vec<(usize, usize)> = after_cut.clone();
+        late.sort_unstable();
+        let mut late = late.into_iter().peekable();
         let mut image = self.durable.lock().clone();
         let mut x = seed | 1;
         for (w, chunk) in image.chunks_mut(8).enumerate() {
             let start = w * 8;
-            // SAFETY: in bounds; crash tests call this with writers quiesced.
+            while late.peek().is_some_and(|&(_, end)| end <= start) {
+                late.next();
+            }
+            if late
+                .peek()
+                .is_some_and(|&(from, _)| from < start + chunk.len())
+            {
+                continue;
+            }
+            // SAFETY: in bounds. A store racing this read was made before
+            // the cut (later ones wait on `after_cut`): either value is
+            // one the word held before the power went.
             let vol = unsafe { std::slice::from_raw_parts(self.base().add(start), chunk.len()) };
             if vol != chunk {
                 x ^= x << 13;
@@ -119,7 +148,25 @@ impl SimRegion {
                 }
             }
         }
+        drop(after_cut);
         Self::from_image(self.name.clone(), image)
+    }
+
+    /// True once the power is off or the persist budget spent: the
+    /// process runs on, the machine it stands for does not.
+    fn cut(&self) -> bool {
+        !self.power.lock().is_on() || *self.budget.lock() == Some(0)
+    }
+
+    /// Runs the store of `at..at + len`, recorded as made after the cut
+    /// if it is.
+    fn store(&self, at: usize, len: usize, f: impl FnOnce()) {
+        let _late = self.cut().then(|| {
+            let mut late = self.after_cut.lock();
+            late.push((at, at + len));
+            late
+        });
+        f();
     }
 
     /// Lets only the next `n` persists take effect (`None`: all).
@@ -158,9 +205,11 @@ impl PmRegion for SimRegion {
 
     fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
         let at = self.check(offset, data.len())?;
-        // SAFETY: `at..at+len` is in bounds (checked above) and, by the
-        // PmRegion contract, not concurrently accessed by anyone else.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.base().add(at), data.len()) };
+        self.store(at, data.len(), || {
+            // SAFETY: `at..at+len` is in bounds (checked above) and, by the
+            // PmRegion contract, not concurrently accessed by anyone else.
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.base().add(at), data.len()) }
+        });
         Ok(())
     }
 
@@ -213,11 +262,13 @@ impl PmRegion for SimRegion {
 
     fn store_u64(&self, offset: u64, value: u64) -> Result<()> {
         let at = super::check_word(self, offset)?;
-        // SAFETY: `at` is in bounds and 8-aligned (checked), and the image
-        // is an array of u64, so the address is 8-aligned; link words are
-        // only ever accessed atomically (PmRegion contract 5).
-        unsafe { std::sync::atomic::AtomicU64::from_ptr(self.base().add(at).cast()) }
-            .store(value, Ordering::Release);
+        self.store(at, 8, || {
+            // SAFETY: `at` is in bounds and 8-aligned (checked), and the
+            // image is an array of u64, so the address is 8-aligned; link
+            // words are only ever accessed atomically (PmRegion contract 5).
+            unsafe { std::sync::atomic::AtomicU64::from_ptr(self.base().add(at).cast()) }
+                .store(value, Ordering::Release)
+        });
         Ok(())
     }
 
@@ -258,6 +309,31 @@ mod tests {
         assert_eq!(c.slice(0, 1).unwrap(), b"a");
         assert_eq!(c.slice(64, 1).unwrap(), &[0]);
         assert_eq!(r.persist_count(), 2);
+    }
+
+    #[test]
+    fn stores_after_the_cut_never_reach_the_durable_image() {
+        for budget in [false, true] {
+            let r = SimRegion::new(4096);
+            let power = Power::new();
+            r.set_power(power.clone());
+            r.write(0, &[1u8; 2048]).unwrap();
+            if budget {
+                r.set_persist_budget(Some(0));
+            } else {
+                power.cut();
+            }
+            r.write(2048, &[2u8; 2048]).unwrap();
+            r.store_u64(8, 7).unwrap();
+            let mut evicted = false;
+            for seed in 0..8 {
+                let c = r.crash_with_evictions(seed);
+                assert!(c.slice(2048, 2048).unwrap().iter().all(|&b| b == 0));
+                assert_ne!(c.load_u64(8).unwrap(), 7);
+                evicted |= c.slice(16, 2032).unwrap().contains(&1);
+            }
+            assert!(evicted, "stores before the cut may still be evicted");
+        }
     }
 
     #[test]
