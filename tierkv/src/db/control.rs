@@ -457,7 +457,9 @@ impl Inner {
     pub(super) fn write_control(&self, st: &mut State) -> WriteControl {
         let key = (
             self.versions.generation(),
-            st.mem.imm_count().saturating_sub(usize::from(st.flush_built.is_some())),
+            st.mem
+                .imm_count()
+                .saturating_sub(usize::from(st.flush_built.is_some())),
             self.design.write_control_epoch(),
         );
         if let Some((k, c)) = st.control.cache {

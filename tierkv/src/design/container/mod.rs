@@ -876,7 +876,12 @@ impl Container {
             }
             return Err(e);
         }
-        let held: u64 = r.meta.iter().chain(&r.data).map(|run| run.count * PAGE).sum();
+        let held: u64 = r
+            .meta
+            .iter()
+            .chain(&r.data)
+            .map(|run| run.count * PAGE)
+            .sum();
         *self.reserved.lock() = r;
         self.flush_held.store(held, Ordering::Release);
         Ok(())
