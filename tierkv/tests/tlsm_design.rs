@@ -532,7 +532,11 @@ fn full_pm_evicts_for_flushes_instead_of_stopping() {
             model.insert(k, v);
         }
         db.flush().expect("flush");
-        assert!(kinds(&db).contains("tlsm-evict"), "{policy:?}: {:?}", kinds(&db));
+        assert!(
+            kinds(&db).contains("tlsm-evict"),
+            "{policy:?}: {:?}",
+            kinds(&db)
+        );
         check(&db, &model);
         db.close().expect("close");
     }

@@ -477,9 +477,11 @@ impl Tlsm {
 
     fn release_reservation(&self) {
         for run in std::mem::take(&mut *self.reserved.lock()) {
-            let _ = self.flush_held.fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| {
-                Some(h.saturating_sub(run.count * PAGE))
-            });
+            let _ = self
+                .flush_held
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| {
+                    Some(h.saturating_sub(run.count * PAGE))
+                });
             if let Err(e) = self.pm.free_pages(run) {
                 log::warn!("tlsm: could not free reserved PM pages {run:?}: {e}");
             }
@@ -613,7 +615,8 @@ impl Design for Tlsm {
             let take = |want: u64, min: u64, taken: &mut Vec<PageRun>| -> Result<PageRun> {
                 let run = pages.alloc(want, min)?;
                 taken.push(run);
-                self.flush_held.fetch_add(run.count * PAGE, Ordering::AcqRel);
+                self.flush_held
+                    .fetch_add(run.count * PAGE, Ordering::AcqRel);
                 Ok(run)
             };
             let hdr = format::BUFFER_HEADER_BYTES as u64;
