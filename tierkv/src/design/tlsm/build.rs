@@ -8,8 +8,12 @@
 //!
 //! | variant / order | writes and persists, in order |
 //! |---|---|
-//! | full, sound (the spec's fix) | buffer (1 persist); node pages, sentinel excluded (1 per node run); sentinel (1); header + directory (1) |
-//! | full, faithful (Algorithm 1 as printed) | per node: the node (1), then each predecessor link (1 per level); the null node and its link (2); then the buffer (1); header + directory (1) |
+//! | full, sound (the spec's fix) | each buffer (1 persist each); node pages, sentinel excluded (1 per node run); sentinel (1); header + directory (1) |
+//! | full, faithful (Algorithm 1 as printed) | per node: the node (1), then each predecessor link (1 per level); the null node and its link (2); then each buffer (1 each); header + directory (1) |
+//!
+//! A flush's buffer is one run when PM has a free run that long, else
+//! several, each a buffer of its own holding the entries that fit it whole
+//! (`place_buffers`; the module doc of `tlsm`, "PM room").
 //! | PS, PS+BAC (entries inline) | per node: the node with its entry (1), then each predecessor link (1 per level); the null node and its link (2); header + directory (1) |
 //!
 //! In every order the MANIFEST edit that adds the list is the commit: a
@@ -48,7 +52,7 @@ use std::sync::Arc;
 use super::format::{
     self, align8, height_of, node_size, pack_run, put_entry, put_inline_entry, put_node, DataRef,
     Directory, Header, Layout, LinkWords, Origin, BUFFER_HEADER_BYTES, HEAD_MARK, MAX_HEIGHT,
-    NODE_FIXED,
+    NODE_FIXED, NODE_RUN_SLOTS,
 };
 use super::list::read_header;
 use super::refs::ListRefs;
@@ -145,8 +149,15 @@ impl Placer<'_> {
             marker = Some(at);
             *u += fixed;
         }
-        let min = (size + fixed).div_ceil(PAGE);
-        let want = (self.expect + fixed).div_ceil(PAGE).max(min);
+        // A header names at most NODE_RUN_SLOTS node runs: in a
+        // fragmented PM each run takes at least its share of what is left.
+        let left = (NODE_RUN_SLOTS - self.runs.len().min(NODE_RUN_SLOTS - 1)) as u64;
+        let want = (self.expect + fixed).div_ceil(PAGE);
+        let min = (size + fixed)
+            .div_ceil(PAGE)
+            .max(want.div_ceil(left))
+            .min(want.max((size + fixed).div_ceil(PAGE)));
+        let want = want.max(min);
         let run = self.pages.alloc(want, min)?;
         self.runs.push(run);
         self.used.push(size);
@@ -159,6 +170,45 @@ impl Placer<'_> {
             let _ = self.pages.free(r);
         }
     }
+}
+
+/// One buffer of a flush: a run holding the staged bytes `from..to`.
+struct BufferPart {
+    run: PageRun,
+    from: usize,
+    to: usize,
+}
+
+/// Takes the runs of a flush's buffers: each as long as what is left (or
+/// the longest PM has, down to the pages of the next entry alone), holding
+/// the entries that fit it whole after the buffer header. A fragmented PM
+/// gives more, smaller buffers instead of failing the flush.
+fn place_buffers(
+    pages: &dyn Pages,
+    buf: &[u8],
+    staged: &[Staged],
+    taken: &mut Vec<PageRun>,
+) -> Result<Vec<BufferPart>> {
+    let hdr = BUFFER_HEADER_BYTES as u64;
+    let mut parts = Vec::new();
+    let mut i = 0;
+    while i < staged.len() {
+        let from = staged[i].at;
+        let want = (hdr + (buf.len() - from) as u64).div_ceil(PAGE);
+        let min = (hdr + staged[i].len as u64).div_ceil(PAGE).min(want);
+        let run = pages.alloc(want, min)?;
+        taken.push(run);
+        let cap = (run.count * PAGE - hdr) as usize;
+        let mut j = i + 1;
+        while j < staged.len() && staged[j].at + staged[j].len - from <= cap {
+            j += 1;
+        }
+        let to = staged[j - 1].at + staged[j - 1].len;
+        debug_assert!(to - from <= cap);
+        parts.push(BufferPart { run, from, to });
+        i = j;
+    }
+    Ok(parts)
 }
 
 /// Flushes the entries of `it` (internal-key order) into a new list.
@@ -268,29 +318,33 @@ fn flush_inner(
     }
     let mut written = Written::default();
 
-    // The buffer (full variant).
-    let buffer = if inline {
-        None
+    // The buffers (full variant): as few runs as PM has free, each a
+    // buffer of its own holding the entries that fit it whole, so a flush
+    // never needs one run as large as the memtable.
+    let parts = if inline {
+        Vec::new()
     } else {
-        let bytes = BUFFER_HEADER_BYTES as u64 + buf.len() as u64;
-        let pages = bytes.div_ceil(PAGE);
-        let run = p.pages.alloc(pages, pages)?;
-        taken.push(run);
-        written.pm_copied += bytes;
-        Some(run)
+        place_buffers(p.pages, &buf, &staged, taken)?
     };
-    let buffer_off = buffer.map_or(0, |r| r.first * PAGE);
+    for part in &parts {
+        written.pm_copied += BUFFER_HEADER_BYTES as u64 + (part.to - part.from) as u64;
+    }
     let write_buffer = |region: &Arc<dyn PmRegion>| -> Result<()> {
-        let h = format::encode_buffer_header(&format::BufferHeader {
-            id: p.id,
-            entry_bytes: buf.len() as u64,
-            entries_crc: crc32c::crc32c(&buf),
-        });
-        region.write(buffer_off, &h)?;
-        region.write(buffer_off + BUFFER_HEADER_BYTES as u64, &buf)?;
-        region.persist(buffer_off, BUFFER_HEADER_BYTES + buf.len())
+        for part in &parts {
+            let off = part.run.first * PAGE;
+            let bytes = &buf[part.from..part.to];
+            let h = format::encode_buffer_header(&format::BufferHeader {
+                id: p.id,
+                entry_bytes: bytes.len() as u64,
+                entries_crc: crc32c::crc32c(bytes),
+            });
+            region.write(off, &h)?;
+            region.write(off + BUFFER_HEADER_BYTES as u64, bytes)?;
+            region.persist(off, BUFFER_HEADER_BYTES + bytes.len())?;
+        }
+        Ok(())
     };
-    if buffer.is_some() && p.order == TlsmPersistOrder::Sound {
+    if !parts.is_empty() && p.order == TlsmPersistOrder::Sound {
         write_buffer(region)?;
     }
 
@@ -330,11 +384,24 @@ fn flush_inner(
         let last = node_runs.len() - 1;
         node_runs[last].first * PAGE + placer.used[last]
     };
+    // The region offset of each buffered entry: its part's run, past the
+    // buffer header, at its place in the part.
+    let mut buffered: Vec<u64> = Vec::with_capacity(if inline { 0 } else { staged.len() });
+    for part in &parts {
+        let base = part.run.first * PAGE + BUFFER_HEADER_BYTES as u64;
+        for s in &staged[buffered.len()..] {
+            if s.at >= part.to {
+                break;
+            }
+            buffered.push(base + (s.at - part.from) as u64);
+        }
+    }
+    debug_assert!(inline || buffered.len() == staged.len());
     let entry_off = |i: usize| -> u64 {
         if inline {
             offs[i] + (NODE_FIXED + 8 * staged[i].height) as u64
         } else {
-            buffer_off + BUFFER_HEADER_BYTES as u64 + staged[i].at as u64
+            buffered[i]
         }
     };
 
@@ -460,21 +527,25 @@ fn flush_inner(
         ordinal: 0,
         inputs: Vec::new(),
     };
-    let data: Vec<DataRef> = match buffer {
-        Some(run) => vec![DataRef {
-            run,
-            bytes: stats.entry_bytes,
-        }],
-        None => {
-            let mut per: BTreeMap<u64, DataRef> = BTreeMap::new();
-            for (i, &o) in offs.iter().enumerate() {
-                let r = node_runs[run_of(o)];
-                per.entry(r.first)
-                    .or_insert(DataRef { run: r, bytes: 0 })
-                    .bytes += staged[i].entry_len as u64;
-            }
-            per.into_values().collect()
+    let data: Vec<DataRef> = if !inline {
+        let mut d: Vec<DataRef> = parts
+            .iter()
+            .map(|part| DataRef {
+                run: part.run,
+                bytes: (part.to - part.from) as u64,
+            })
+            .collect();
+        d.sort_by_key(|r| r.run.first);
+        d
+    } else {
+        let mut per: BTreeMap<u64, DataRef> = BTreeMap::new();
+        for (i, &o) in offs.iter().enumerate() {
+            let r = node_runs[run_of(o)];
+            per.entry(r.first)
+                .or_insert(DataRef { run: r, bytes: 0 })
+                .bytes += staged[i].entry_len as u64;
         }
+        per.into_values().collect()
     };
     let dir = Directory {
         entries: stats.n,

@@ -5,8 +5,10 @@
 //! persistent buffer; tiering policies decide which levels live in PM.
 //!
 //! * **Flush** ([`build::flush_list`], Algorithm 1): the memtable is encoded
-//!   into one DRAM buffer (length-prefixed entries), copied into a
-//!   persistent buffer with one write and one persist, and an L0 skip list
+//!   into one DRAM buffer (length-prefixed entries), copied into persistent
+//!   buffers with one write and one persist each (one buffer when PM has a
+//!   free run that long, else as many as it takes: see "PM room" below),
+//!   and an L0 skip list
 //!   is built in DRAM over it (heights from a hash of each key, p = 1/4,
 //!   at most 12) and written with one persist per node run; a null
 //!   sentinel closes it. The MANIFEST edit that adds the list commits the
@@ -74,6 +76,56 @@
 //! counted by the design. Every run a list uses is one or the other.
 //! `size_bytes` is the bytes of the entries it references, so level scores
 //! are LevelDB's.
+//!
+//! # PM room: fragmentation and the flushes' share
+//!
+//! A flush used to take its buffer as one run of the whole memtable
+//! (16022 pages for a 64 MiB memtable). Buffers are freed only when the
+//! last list linking into them goes, at any time, while node, header,
+//! directory and slot runs of a few pages each are handed out by the
+//! allocator's next-fit cursor all over the region: after some flushes,
+//! compactions and evictions the free pages were plenty but in no run of
+//! a memtable's size, and nothing merges free runs (nothing in PM moves:
+//! a list is never rewritten, and every node that links into a buffer
+//! would have to follow it). The flush waited 120 s and the database
+//! stopped ("no run of 16022 free pages ... (20337 pages free)", a
+//! `medium` fillrandom). The write controller was no help: it stops on
+//! free pages, which were enough. Two ways out: make PM defragmentable
+//! (moving buffers, rewriting every list that points into them — a
+//! compaction's worth of PM writes to gain a run), or let a flush use
+//! what is free. TLSM does the second:
+//!
+//! * **A flush's buffer is split** where PM is: each run it takes is a
+//!   buffer of its own (header, id, length, crc: the format is
+//!   unchanged, and a list referencing several buffers is what every
+//!   compaction output already is), holding the entries that fit it whole;
+//!   a run is as long as what is left or the longest PM has, down to the
+//!   pages of the next entry. Its node runs likewise (they always could
+//!   split), each at least its share of the 64 a header names.
+//!   `prepare_flush` reserves the same way. So a flush needs free pages,
+//!   not a free run, and the write controller's free-page count is the
+//!   right measure (no largest-run bookkeeping is needed). Compaction
+//!   outputs take node runs as before; a copy-forward still writes one
+//!   buffer (its slot names one run) — copy-forward is off by default and
+//!   under `none`, its buffer is one list, not a memtable.
+//! * **Flushes have a share of PM**: under `lru` and `leveled` the picker
+//!   evicts lists to SSD when free PM runs below what the flushes need
+//!   ([`Shape::flush_shortfall`]); before, under `leveled` nothing freed PM
+//!   while the levels fit above the threshold, and under `lru` the 95%
+//!   trigger never fires when a flush needs more than 5% of the tier (a
+//!   64 MiB memtable is a fifth of 400 MiB), so a flush could wait for
+//!   room no job would make.
+//! * **Waiting is for progress**: a flush waits for pages as long as the
+//!   free pages grow (an eviction or a compaction finishing); it fails,
+//!   stopping the database, only after 120 s in which nothing was freed —
+//!   a tier with nothing left to evict (`none` with nothing to copy
+//!   forward). Writers meanwhile wait on the write controller's PM-full
+//!   stop (a recorded stall) or are paced by the headroom.
+//! * **Headroom**: the pages `prepare_flush` reserved for the memtable
+//!   being flushed count as taken, not as still needed (they used to be
+//!   counted twice: in the free pages and in the waiting memtable's
+//!   estimate), so the one step a memtable switch takes at once is one
+//!   memtable (`Headroom::step_bytes`).
 //!
 //! # Invariants
 //!
@@ -186,6 +238,10 @@ pub struct Tlsm {
     lists: Arc<ListCache>,
     refs: Arc<RefIndex>,
     reserved: Mutex<Vec<PageRun>>,
+    /// Bytes `prepare_flush` took for the flush of the oldest waiting
+    /// memtable (its reservation, less what went back unused), until that
+    /// flush has built its list.
+    flush_held: AtomicU64,
     tags: Mutex<HashSet<u32>>,
     pending: Mutex<Vec<run::Pending>>,
     counters: Counters,
@@ -235,7 +291,11 @@ impl Pages for PmPages<'_> {
             }
         }
         let alloc = self.pm.allocator();
-        let start = Instant::now();
+        // The wait is for progress: it starts again whenever pages come
+        // back (an eviction or compaction freeing PM), and fails only once
+        // nothing has freed any for `wait`.
+        let mut start = Instant::now();
+        let mut free_seen = alloc.free_pages();
         loop {
             let mut n = want;
             loop {
@@ -247,10 +307,15 @@ impl Pages for PmPages<'_> {
                 }
                 n = (n / 2).max(min);
             }
+            let free_now = alloc.free_pages();
+            if free_now > free_seen {
+                start = Instant::now();
+            }
+            free_seen = free_now;
             if start.elapsed() >= self.wait {
                 return Err(Error::io(
                     format!(
-                        "{}: PM tier full: no run of {min} free pages for a TLSM skip list after {} s ({} pages free)",
+                        "{}: PM tier full: no run of {min} free pages for a TLSM skip list, and none freed in {} s ({} pages free)",
                         self.pm.region().name(),
                         self.wait.as_secs_f64(),
                         alloc.free_pages()
@@ -318,12 +383,15 @@ impl Tlsm {
                 sst_bytes: opts.sst_size_bytes,
                 capacity_bytes: t.lru_capacity_bytes,
                 copy_forward_ratio: t.copy_forward_live_ratio,
+                flush_bytes: flush_estimate_bytes,
+                wal_reserve_bytes,
             },
             lists: Arc::new(ListCache::new(Arc::clone(&region), opts.verify_checksums)),
             refs: Arc::new(RefIndex::new()),
             region,
             pm,
             reserved: Mutex::new(Vec::new()),
+            flush_held: AtomicU64::new(0),
             tags: Mutex::new(HashSet::new()),
             pending: Mutex::new(Vec::new()),
             counters: Counters::default(),
@@ -368,20 +436,22 @@ impl Tlsm {
         }
     }
 
-    /// Exact PM a flush of `mem` takes: (buffer pages, node bytes, header
-    /// pages).
-    fn flush_pages(&self, mem: &Arc<MemTable>) -> Option<(u64, u64, u64)> {
+    /// Exact PM a flush of `mem` takes: (buffer entry bytes, largest
+    /// entry, node bytes, header pages).
+    fn flush_pages(&self, mem: &Arc<MemTable>) -> Option<(u64, u64, u64, u64)> {
         let inline = self.layout().inline();
         let mut it = mem.iter();
         it.seek_to_first();
-        let (mut n, mut entries, mut nodes) = (0u64, 0u64, 0u64);
+        let (mut n, mut entries, mut largest, mut nodes) = (0u64, 0u64, 0u64, 0u64);
         while it.valid() {
             let (k, v) = (it.key(), it.value());
             let h = format::height_of(k);
             if inline {
                 nodes += format::node_size(h, format::inline_len(k.len(), v.len())) as u64;
             } else {
-                entries += format::entry_len(k.len(), v.len()) as u64;
+                let e = format::entry_len(k.len(), v.len()) as u64;
+                entries += e;
+                largest = largest.max(e);
                 nodes += format::node_size(h, 0) as u64;
             }
             n += 1;
@@ -392,11 +462,6 @@ impl Tlsm {
         }
         let head = format::node_size(format::MAX_HEIGHT, 0) as u64;
         let node_bytes = head + nodes + NODE_FIXED as u64;
-        let buffer_pages = if inline {
-            0
-        } else {
-            (format::BUFFER_HEADER_BYTES as u64 + entries).div_ceil(PAGE)
-        };
         let header = format::Header {
             id: 0,
             job: 0,
@@ -408,15 +473,34 @@ impl Tlsm {
         };
         let dir = format::DIR_FIXED + 4 + 8 * (format::DIR_NODE_RUN + format::DIR_DATA_RUN);
         let header_pages = ((header.bytes() + dir) as u64).div_ceil(PAGE);
-        Some((buffer_pages, node_bytes, header_pages))
+        Some((entries, largest, node_bytes, header_pages))
     }
 
     fn release_reservation(&self) {
         for run in std::mem::take(&mut *self.reserved.lock()) {
+            let _ = self
+                .flush_held
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| {
+                    Some(h.saturating_sub(run.count * PAGE))
+                });
             if let Err(e) = self.pm.free_pages(run) {
                 log::warn!("tlsm: could not free reserved PM pages {run:?}: {e}");
             }
         }
+    }
+
+    /// Free PM the memtables waiting to be flushed still need (and the
+    /// WAL's reserve): a flush estimate each, less the pages the oldest
+    /// one's flush already took (`prepare_flush`'s reservation: the free
+    /// pages no longer hold them, so counting them in both would stop
+    /// writes a flush early).
+    fn flush_need(&self, immutable_count: usize) -> u64 {
+        let est = immutable_count as u64 * self.cfg.flush_estimate_bytes;
+        let held = self
+            .flush_held
+            .load(Ordering::Acquire)
+            .min(self.cfg.flush_estimate_bytes);
+        est.saturating_sub(held) + self.cfg.wal_reserve_bytes
     }
 
     /// What the index keeps of a MANIFEST-listed list: its header and
@@ -484,6 +568,10 @@ impl Design for Tlsm {
             &mut mem.iter(),
         );
         self.release_reservation();
+        // The pages are the list's now: once this returns the engine no
+        // longer counts the memtable as waiting (`Design::write_control`),
+        // so they must not be subtracted from its need either.
+        self.flush_held.store(0, Ordering::Release);
         let built = r?;
         for d in &built.refs.data {
             if !self.layout().inline() {
@@ -517,28 +605,52 @@ impl Design for Tlsm {
 
     fn prepare_flush(&self, mem: &Arc<MemTable>) -> Result<()> {
         self.release_reservation();
-        let Some((buffer, nodes, header)) = self.flush_pages(mem) else {
+        // The last flush's pages are its list's now (its memtable is no
+        // longer counted as waiting).
+        self.flush_held.store(0, Ordering::Release);
+        let Some((entries, largest, nodes, header)) = self.flush_pages(mem) else {
             return Ok(());
         };
         let pages = PmPages::new(&self.pm, FLUSH_PM_WAIT);
         let mut taken: Vec<PageRun> = Vec::new();
         let r = (|| -> Result<()> {
-            if buffer > 0 {
-                taken.push(pages.alloc(buffer, buffer)?);
+            // Buffer pages: one run if PM has one, else smaller runs (each
+            // a buffer of its own), each counted as losing the room of the
+            // largest entry at its end.
+            let take = |want: u64, min: u64, taken: &mut Vec<PageRun>| -> Result<PageRun> {
+                let run = pages.alloc(want, min)?;
+                taken.push(run);
+                self.flush_held
+                    .fetch_add(run.count * PAGE, Ordering::AcqRel);
+                Ok(run)
+            };
+            let hdr = format::BUFFER_HEADER_BYTES as u64;
+            let min = (hdr + largest).div_ceil(PAGE);
+            let mut left = entries;
+            while left > 0 {
+                let want = (hdr + left).div_ceil(PAGE).max(min);
+                let run = take(want, min, &mut taken)?;
+                left = if run.count == want {
+                    0
+                } else {
+                    left.saturating_sub((run.count * PAGE).saturating_sub(hdr + largest).max(1))
+                };
             }
             // Node pages: one run if PM has one, else smaller runs, each
             // counted as losing the room of its largest node and a marker
-            // at its end.
+            // at its end, and each at least the share of the node pages
+            // the flush asks of a run (a header names at most 64).
             let waste = (format::node_size(format::MAX_HEIGHT, 0) + 64 + NODE_FIXED) as u64;
-            let min = (waste + NODE_FIXED as u64).div_ceil(PAGE);
+            let min = (waste + NODE_FIXED as u64)
+                .div_ceil(PAGE)
+                .max(nodes.div_ceil(PAGE).div_ceil(format::NODE_RUN_SLOTS as u64));
             let mut left = nodes;
             while left > 0 {
                 let want = left.div_ceil(PAGE).max(min);
-                let run = pages.alloc(want, min)?;
-                taken.push(run);
+                let run = take(want, min, &mut taken)?;
                 left = left.saturating_sub((run.count * PAGE).saturating_sub(waste));
             }
-            taken.push(pages.alloc(header, header)?);
+            take(header, header, &mut taken)?;
             Ok(())
         })();
         match r {
@@ -550,6 +662,7 @@ impl Design for Tlsm {
                 for run in taken {
                     let _ = self.pm.free_pages(run);
                 }
+                self.flush_held.store(0, Ordering::Release);
                 Err(e)
             }
         }
@@ -588,9 +701,8 @@ impl Design for Tlsm {
 
     fn write_control(&self, v: &Version, immutable_count: usize) -> WriteControl {
         let free = self.pm.allocator().free_pages() * PAGE;
-        let need =
-            immutable_count as u64 * self.cfg.flush_estimate_bytes + self.cfg.wal_reserve_bytes;
-        self.shape.write_control(v, free < need)
+        self.shape
+            .write_control(v, free < self.flush_need(immutable_count))
     }
 
     fn headroom(&self, v: &Version, immutable_count: usize) -> Option<Headroom> {
@@ -600,7 +712,7 @@ impl Design for Tlsm {
         let l0 = l0_headroom(v.levels[0].len(), self.shape.l0_slowdown, mem);
         let est = self.cfg.flush_estimate_bytes.max(1);
         let free = self.pm.allocator().free_pages() * PAGE;
-        let need = immutable_count as u64 * est + self.cfg.wal_reserve_bytes;
+        let need = self.flush_need(immutable_count);
         let to_user = |b: u64| (u128::from(b) * u128::from(mem) / u128::from(est)) as u64;
         let pm = Headroom {
             free_bytes: to_user(free.saturating_sub(need)),
@@ -609,6 +721,9 @@ impl Design for Tlsm {
                     .capacity_bytes
                     .saturating_sub(self.cfg.wal_reserve_bytes),
             ),
+            // A memtable switch adds a flush to `need` at once. The
+            // flush's reservation does not take room a second time: `need`
+            // counts what it reserved as already taken (`flush_held`).
             step_bytes: mem,
         };
         Some(if pm.free_bytes < l0.free_bytes {

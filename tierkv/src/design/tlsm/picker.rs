@@ -17,6 +17,16 @@
 //!    are its own pages plus the data runs no other live list references
 //!    (after byte-addressable compaction most lists share buffers, so
 //!    evicting one frees little until its co-referencing lists go too).
+//!    **Flush room** (`lru` and `leveled`): the same eviction runs, whatever
+//!    the capacity says, when free PM falls below what the write path
+//!    keeps for flushes ([`Shape::flush_shortfall`]: a flush estimate per
+//!    memtable waiting plus one, the WAL's reserve and a tenth of the tier),
+//!    until a further tenth is free. Without it a flush could wait for PM
+//!    that only an eviction frees while the 95% trigger never fires (a
+//!    64 MiB memtable needs a fifth of a 400 MiB tier); under `leveled`
+//!    it is the only way PM shrinks besides compactions below the
+//!    threshold, and lists it evicts from PM levels become SSTs there (a
+//!    compaction with an SST input writes SSTs, as under `lru`).
 //! 3. **Copy-forward**: the data run with the smallest live share below
 //!    `copy_forward_live_ratio` (or, under `none` with the tier at 95% of
 //!    its capacity, below 90%) has the first of its idle referencing
@@ -40,6 +50,11 @@
 //!
 //! Stop at `l0_stop_trigger` L0 tables (12) or when PM could not take the
 //! memtables waiting to be flushed; delay at `l0_slowdown_trigger` (8).
+//! "Could not take" counts free pages: a flush's buffer and nodes may take
+//! as many runs as PM has (down to one entry's or one node's pages, see
+//! `build::flush_list`), so free pages, not the longest free run, are
+//! what a flush can use; the pages the flush in progress already
+//! reserved count as taken, not as still needed (`Tlsm::flush_need`).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -90,6 +105,10 @@ pub struct Shape {
     pub capacity_bytes: u64,
     /// Copy-forward live-share threshold (0: off).
     pub copy_forward_ratio: f64,
+    /// Upper bound of the PM one flush takes.
+    pub flush_bytes: u64,
+    /// PM kept for the WAL (when it lives in PM).
+    pub wal_reserve_bytes: u64,
 }
 
 impl Shape {
@@ -233,16 +252,44 @@ impl Shape {
         Some(Task::new(EVICT, vec![(level, vec![Arc::clone(t)])], level))
     }
 
-    /// Step 2: LRU eviction.
+    /// Bytes an eviction should free so that flushes find their PM (0:
+    /// none), under `lru` and `leveled` (`none` copies forward instead):
+    /// the free PM the write path keeps — a flush estimate per memtable
+    /// waiting and one for the memtable being written, the WAL's reserve,
+    /// and a tenth of the tier (the pacer's reserve: below it writers are
+    /// braked) — and once free PM is below it, up to another tenth above
+    /// it (hysteresis).
+    pub fn flush_shortfall(&self, cx: &PickContext) -> u64 {
+        if self.policy == TlsmPolicy::None {
+            return 0;
+        }
+        let (Some(free), Some(cap)) = (cx.pm_free_bytes, cx.pm_capacity_bytes) else {
+            return 0;
+        };
+        let floor = (cx.immutable_memtables as u64 + 1) * self.flush_bytes
+            + self.wal_reserve_bytes
+            + cap / 10;
+        if free >= floor {
+            0
+        } else {
+            floor + cap / 10 - free
+        }
+    }
+
+    /// Step 2: LRU eviction, and under `lru` and `leveled` eviction when
+    /// free PM runs below what the flushes need (`flush_shortfall`).
     fn pick_evict(&self, v: &Version, cx: &PickContext, refs: &RefIndex) -> Option<Task> {
-        if self.policy != TlsmPolicy::Lru {
+        let short = self.flush_shortfall(cx);
+        let lru = match self.usage(cx) {
+            Some((cap, used)) if self.policy == TlsmPolicy::Lru && used * 100 >= cap * 95 => {
+                used.saturating_sub(cap / 100 * 85)
+            }
+            _ => 0,
+        };
+        let want = short.max(lru);
+        if want == 0 {
             return None;
         }
-        let (cap, used) = self.usage(cx)?;
-        if used * 100 < cap * 95 {
-            return None;
-        }
-        let want = used.saturating_sub(cap / 100 * 85);
         let mut cands: Vec<(usize, &Arc<TableHandle>)> = v
             .levels
             .iter()
