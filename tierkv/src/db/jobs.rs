@@ -142,9 +142,14 @@ impl Inner {
             };
             drop(st);
             let mut dead_wals = Vec::new();
-            match work {
+            // What the job retires — the super version it replaces (with
+            // the flushed memtable, tens of MiB) and the job itself — is
+            // dropped only after `state` is unlocked (`install_super_version`).
+            let mut retired = None;
+            match &work {
                 Work::Flush(region, mem) => {
-                    let r = self.run_flush(region, &mem);
+                    let region = *region;
+                    let r = self.run_flush(region, mem);
                     st = self.state.lock();
                     st.flushing = false;
                     st.flush_built = None;
@@ -152,10 +157,10 @@ impl Inner {
                         Ok(wals) => {
                             dead_wals = wals;
                             let imms = &mut st.mem.regions[region].imms;
-                            if imms.front().is_some_and(|m| Arc::ptr_eq(m, &mem)) {
+                            if imms.front().is_some_and(|m| Arc::ptr_eq(m, mem)) {
                                 imms.pop_front();
                             }
-                            self.install_super_version(&st);
+                            retired = Some(self.install_super_version(&st));
                         }
                         Err(e) => {
                             drop(st);
@@ -165,15 +170,16 @@ impl Inner {
                     }
                 }
                 Work::Compact(region, task) => {
+                    let region = *region;
                     let v = self.versions.current_in(region);
-                    let r = self.run_compaction(region, &task, v);
+                    let r = self.run_compaction(region, task, v);
                     st = self.state.lock();
                     for id in task.input_ids() {
                         st.busy.remove(&id);
                     }
                     st.compactions_running -= 1;
                     match r {
-                        Ok(()) => self.install_super_version(&st),
+                        Ok(()) => retired = Some(self.install_super_version(&st)),
                         Err(e) => {
                             drop(st);
                             self.set_bg_error(&e);
@@ -183,6 +189,8 @@ impl Inner {
                 }
             }
             drop(st);
+            drop(retired);
+            drop(work);
             // Writers waiting on this job go first; then the unlinks, which
             // take milliseconds per file. A flush thread leaves the tables
             // compactions made obsolete to the compaction threads, so that
@@ -374,12 +382,11 @@ impl Inner {
                     st.busy.remove(id);
                 }
                 st.manual_running = false;
-                if r.is_ok() {
-                    // Readers move to the new version, so the inputs'
-                    // storage is released once they finish.
-                    self.install_super_version(&st);
-                }
+                // Readers move to the new version, so the inputs' storage
+                // is released once they finish.
+                let retired = r.is_ok().then(|| self.install_super_version(&st));
                 drop(st);
+                drop(retired);
                 self.done_cv.notify_all();
                 self.bg_cv.notify_all();
                 r?;

@@ -436,7 +436,9 @@ impl Inner {
                 st.mem.ssd_wals.push_back(n);
             }
             st.mem.switch(n, force);
-            self.install_super_version(&st);
+            let retired = self.install_super_version(&st);
+            drop(st);
+            drop(retired);
             self.bg_cv.notify_all();
             return Ok(());
         }
