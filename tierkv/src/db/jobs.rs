@@ -123,6 +123,17 @@ impl Inner {
             if st.shutting_down {
                 return;
             }
+            // The next PM WAL first (one MANIFEST record): the switch that
+            // took the last one may come again within a memtable's fill.
+            if role != Role::Compaction
+                && st.bg_error.is_none()
+                && self.spare_wanted.load(Ordering::Acquire)
+            {
+                drop(st);
+                self.prepare_spare_log();
+                st = self.state.lock();
+                continue;
+            }
             let work = if st.bg_error.is_some() {
                 None
             } else {

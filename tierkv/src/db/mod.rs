@@ -203,6 +203,16 @@ struct Inner {
     /// An SSD WAL was created since the directory was last synced
     /// ([`Inner::sync_wal_dir`]): its name is not yet crash-proof.
     wal_dir_unsynced: AtomicBool,
+    /// The next PM WAL with its number, created and named in the MANIFEST
+    /// ahead of the memtable switch that takes it
+    /// ([`Inner::prepare_spare_log`]), so that a switch writes no MANIFEST
+    /// record under the state mutex (an fsync: 8-12 ms writes in a fill,
+    /// README "Stalls"). Locked while one is made, and by a switch until
+    /// its log has a number: logs are switched to in increasing numbers.
+    spare_log: Mutex<Option<(u64, write::NewLog)>>,
+    /// A switch took the spare (or none was made yet): the flush thread
+    /// makes the next one.
+    spare_wanted: AtomicBool,
     /// User bytes the write path admits (the pickers' load figure).
     admitted: RateMeter,
     super_version: RwLock<Arc<SuperVersion>>,
@@ -476,7 +486,12 @@ impl Db {
                 let mut log = self.inner.log.lock();
                 log.sync()?;
                 self.inner.sync_wal_dir()?;
-                log.seal()
+                log.seal()?;
+                // A spare PM WAL is listed like the log: sealed empty.
+                match self.inner.spare_log.lock().take() {
+                    Some((_, mut spare)) => spare.writer.seal(),
+                    None => Ok(()),
+                }
             })
             .and_then(|()| match detach {
                 Some(to) => self.inner.detach_pm(to),

@@ -297,6 +297,8 @@ pub(super) fn open(
         log: Mutex::new(log.writer),
         closed_logs: Mutex::new(Vec::new()),
         wal_dir_unsynced: AtomicBool::new(false),
+        spare_log: Mutex::new(None),
+        spare_wanted: AtomicBool::new(true),
         admitted: RateMeter::new(),
         super_version: RwLock::new(Arc::new(sv)),
         last_seq: AtomicU64::new(replay.last_seq),

@@ -384,32 +384,47 @@ impl Inner {
                 self.done_cv.wait_for(&mut st, Duration::from_millis(100));
                 continue;
             }
-            // Switch to a new log and memtable.
-            let n = self.versions.new_file_number();
-            let log = new_log(
-                &self.opts,
-                &self.fs,
-                &self.dir,
-                self.design.as_ref(),
-                self.pm_wals.as_ref(),
-                &self.stats,
-                n,
-                false,
-            )?;
+            // Switch to a new log and memtable: the spare PM WAL if one is
+            // ready (already named in the MANIFEST), else a new log. The
+            // spare slot stays locked until the new log has its number, so
+            // no spare made meanwhile is numbered below it.
+            let mut spare_slot = self.spares_logs().then(|| self.spare_log.lock());
+            let spare = spare_slot.as_mut().and_then(|slot| slot.take());
+            if spare_slot.is_some() {
+                self.spare_wanted.store(true, Ordering::Release);
+            }
+            let (n, log) = match spare {
+                Some(spare) => spare,
+                None => {
+                    let n = self.versions.new_file_number();
+                    let log = new_log(
+                        &self.opts,
+                        &self.fs,
+                        &self.dir,
+                        self.design.as_ref(),
+                        self.pm_wals.as_ref(),
+                        &self.stats,
+                        n,
+                        false,
+                    )?;
+                    if let Some(w) = log.pm_wal {
+                        let edit = VersionEdit {
+                            new_pm_wals: vec![w],
+                            ..Default::default()
+                        };
+                        self.versions
+                            .log_and_apply(edit, self.last_seq.load(Ordering::Acquire))?;
+                    }
+                    (n, log)
+                }
+            };
+            drop(spare_slot);
             if log.ssd_file {
                 // Its name is synced before a sync write, a flush's edit or
                 // a clean close needs it, not here: a directory fsync in
                 // the write path took 10-130 ms under a fill's writeback
                 // (perf sched timehist, README "Stalls").
                 self.wal_dir_unsynced.store(true, Ordering::Release);
-            }
-            if let Some(w) = log.pm_wal {
-                let edit = VersionEdit {
-                    new_pm_wals: vec![w],
-                    ..Default::default()
-                };
-                self.versions
-                    .log_and_apply(edit, self.last_seq.load(Ordering::Acquire))?;
             }
             // The old SSD log is synced in the background (by the next
             // flush when regions share it, or first thing by a later sync
@@ -441,6 +456,59 @@ impl Inner {
             drop(retired);
             self.bg_cv.notify_all();
             return Ok(());
+        }
+    }
+
+    /// True if memtable switches take a spare log made ahead
+    /// (`Inner::spare_log`): the engine's own WAL, in PM.
+    pub(super) fn spares_logs(&self) -> bool {
+        self.design.log().is_none()
+            && self.pm_wals.is_some()
+            && self.opts.wal_placement() == WalPlacement::Pm
+    }
+
+    /// Makes the next PM WAL and names it in the MANIFEST, outside the
+    /// write path (a flush thread, once a switch took the last one). Its
+    /// number is taken with `spare_log` locked, so it is above every log a
+    /// switch made before: switches take logs in increasing numbers. A
+    /// failure leaves the next switch to make its log itself, as without
+    /// spares; a log made but not named goes back at the next open's
+    /// reconcile. REQUIRES: `state` not locked.
+    pub(super) fn prepare_spare_log(&self) {
+        if !self.spare_wanted.swap(false, Ordering::AcqRel) || !self.spares_logs() {
+            return;
+        }
+        let mut spare = self.spare_log.lock();
+        if spare.is_some() {
+            return;
+        }
+        let n = self.versions.new_file_number();
+        let made = new_log(
+            &self.opts,
+            &self.fs,
+            &self.dir,
+            self.design.as_ref(),
+            self.pm_wals.as_ref(),
+            &self.stats,
+            n,
+            false,
+        )
+        .and_then(|log| {
+            if let Some(w) = log.pm_wal {
+                let edit = VersionEdit {
+                    new_pm_wals: vec![w],
+                    ..Default::default()
+                };
+                self.versions
+                    .log_and_apply(edit, self.last_seq.load(Ordering::Acquire))?;
+            }
+            Ok(log)
+        });
+        match made {
+            Ok(log) => *spare = Some((n, log)),
+            Err(e) => {
+                log::debug!("no spare PM WAL made ahead ({e}); the next switch makes its own")
+            }
         }
     }
 
