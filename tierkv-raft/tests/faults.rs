@@ -26,6 +26,11 @@ use serde_json::Value;
 use tierkv_raft::client::{call, Client, Cluster, Outcome};
 use tierkv_raft::Request;
 
+/// A node's `/metrics`.
+async fn metrics(addr: &str) -> Result<Value, String> {
+    call(addr, hyper::Method::GET, "/metrics", None).await
+}
+
 const CLIENTS: usize = 4;
 
 #[derive(Default)]
@@ -163,15 +168,10 @@ async fn run(store: &str, kills: usize, slot: u16) {
         if k % 3 == 2 {
             tokio::time::sleep(Duration::from_millis(1500)).await;
         }
-        let purged = call(
-            &cluster.nodes[new_leader].addr,
-            hyper::Method::GET,
-            "/metrics",
-            None,
-        )
-        .await
-        .ok()
-        .and_then(|m| m.get("purged").and_then(Value::as_u64));
+        let purged = metrics(&cluster.nodes[new_leader].addr)
+            .await
+            .ok()
+            .and_then(|m| m.get("purged").and_then(Value::as_u64));
         cluster.spawn(leader).expect("restart");
         let m = match cluster.wait_up(leader, Duration::from_secs(30)).await {
             Ok(m) => m,
@@ -305,14 +305,7 @@ fn removed_voter_stops_receiving_and_the_rest_keep_committing() {
                 .map(|a| a.iter().filter_map(Value::as_u64).collect())
                 .unwrap_or_default()
         };
-        let m = call(
-            &cluster.nodes[leader].addr,
-            hyper::Method::GET,
-            "/metrics",
-            None,
-        )
-        .await
-        .expect("metrics");
+        let m = metrics(&cluster.nodes[leader].addr).await.expect("metrics");
         assert_eq!(voters(&m), keep, "{m}");
         assert_eq!(
             m.get("learners").and_then(Value::as_array).map(Vec::len),
@@ -322,33 +315,18 @@ fn removed_voter_stops_receiving_and_the_rest_keep_committing() {
         // Let the last replication to the removed node settle.
         tokio::time::sleep(Duration::from_millis(500)).await;
         let last = |m: &Value| m.get("last_log_index").and_then(Value::as_u64).unwrap_or(0);
-        let before = call(
-            &cluster.nodes[removed].addr,
-            hyper::Method::GET,
-            "/metrics",
-            None,
-        )
-        .await
-        .expect("removed node's metrics");
+        let before = metrics(&cluster.nodes[removed].addr)
+            .await
+            .expect("removed node's metrics");
         let acked = write_n(&mut client, 100, "b").await;
         assert_eq!(acked, 100, "the two voters left keep committing");
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let after = call(
-            &cluster.nodes[removed].addr,
-            hyper::Method::GET,
-            "/metrics",
-            None,
-        )
-        .await
-        .expect("removed node's metrics");
-        let leader_m = call(
-            &cluster.nodes[leader].addr,
-            hyper::Method::GET,
-            "/metrics",
-            None,
-        )
-        .await
-        .expect("leader metrics");
+        let after = metrics(&cluster.nodes[removed].addr)
+            .await
+            .expect("removed node's metrics");
+        let leader_m = metrics(&cluster.nodes[leader].addr)
+            .await
+            .expect("leader metrics");
         eprintln!(
             "membership: removed node {} at log {} then {}; the leader at {}",
             cluster.nodes[removed].id,

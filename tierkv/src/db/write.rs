@@ -395,28 +395,7 @@ impl Inner {
             }
             let (n, log) = match spare {
                 Some(spare) => spare,
-                None => {
-                    let n = self.versions.new_file_number();
-                    let log = new_log(
-                        &self.opts,
-                        &self.fs,
-                        &self.dir,
-                        self.design.as_ref(),
-                        self.pm_wals.as_ref(),
-                        &self.stats,
-                        n,
-                        false,
-                    )?;
-                    if let Some(w) = log.pm_wal {
-                        let edit = VersionEdit {
-                            new_pm_wals: vec![w],
-                            ..Default::default()
-                        };
-                        self.versions
-                            .log_and_apply(edit, self.last_seq.load(Ordering::Acquire))?;
-                    }
-                    (n, log)
-                }
+                None => self.make_log()?,
             };
             drop(spare_slot);
             if log.ssd_file {
@@ -459,6 +438,32 @@ impl Inner {
         }
     }
 
+    /// Makes a log under a new number; one in PM is named in the MANIFEST
+    /// (PM has no directory to find it by). Its name, for an SSD WAL, is
+    /// synced later (`sync_wal_dir`).
+    fn make_log(&self) -> Result<(u64, NewLog)> {
+        let n = self.versions.new_file_number();
+        let log = new_log(
+            &self.opts,
+            &self.fs,
+            &self.dir,
+            self.design.as_ref(),
+            self.pm_wals.as_ref(),
+            &self.stats,
+            n,
+            false,
+        )?;
+        if let Some(w) = log.pm_wal {
+            let edit = VersionEdit {
+                new_pm_wals: vec![w],
+                ..Default::default()
+            };
+            self.versions
+                .log_and_apply(edit, self.last_seq.load(Ordering::Acquire))?;
+        }
+        Ok((n, log))
+    }
+
     /// True if memtable switches take a spare log made ahead
     /// (`Inner::spare_log`): the engine's own WAL, in PM.
     pub(super) fn spares_logs(&self) -> bool {
@@ -482,30 +487,8 @@ impl Inner {
         if spare.is_some() {
             return;
         }
-        let n = self.versions.new_file_number();
-        let made = new_log(
-            &self.opts,
-            &self.fs,
-            &self.dir,
-            self.design.as_ref(),
-            self.pm_wals.as_ref(),
-            &self.stats,
-            n,
-            false,
-        )
-        .and_then(|log| {
-            if let Some(w) = log.pm_wal {
-                let edit = VersionEdit {
-                    new_pm_wals: vec![w],
-                    ..Default::default()
-                };
-                self.versions
-                    .log_and_apply(edit, self.last_seq.load(Ordering::Acquire))?;
-            }
-            Ok(log)
-        });
-        match made {
-            Ok(log) => *spare = Some((n, log)),
+        match self.make_log() {
+            Ok(made) => *spare = Some(made),
             Err(e) => {
                 log::debug!("no spare PM WAL made ahead ({e}); the next switch makes its own")
             }
