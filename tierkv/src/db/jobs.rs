@@ -142,6 +142,12 @@ impl Inner {
             let Some(work) = work else {
                 // Storage released by readers dropping old versions goes
                 // back while idle too (a flush may be waiting for PM pages).
+                drop(st);
+                self.reap_super_versions();
+                st = self.state.lock();
+                if st.shutting_down {
+                    return;
+                }
                 if !self.versions.ctx().obsolete.lock().is_empty() {
                     drop(st);
                     self.release_obsolete();
@@ -153,14 +159,14 @@ impl Inner {
             };
             drop(st);
             let mut dead_wals = Vec::new();
-            // What the job retires — the super version it replaces (with
-            // the flushed memtable, tens of MiB) and the job itself — is
-            // dropped only after `state` is unlocked (`install_super_version`).
-            let mut retired = None;
+            let first_output = self.versions.next_file_number();
             match &work {
                 Work::Flush(region, mem) => {
                     let region = *region;
                     let r = self.run_flush(region, mem);
+                    if r.is_ok() {
+                        self.warm_tables(region, first_output);
+                    }
                     st = self.state.lock();
                     st.flushing = false;
                     st.flush_built = None;
@@ -171,7 +177,7 @@ impl Inner {
                             if imms.front().is_some_and(|m| Arc::ptr_eq(m, mem)) {
                                 imms.pop_front();
                             }
-                            retired = Some(self.install_super_version(&st));
+                            self.install_super_version(&st);
                         }
                         Err(e) => {
                             drop(st);
@@ -184,13 +190,16 @@ impl Inner {
                     let region = *region;
                     let v = self.versions.current_in(region);
                     let r = self.run_compaction(region, task, v);
+                    if r.is_ok() {
+                        self.warm_tables(region, first_output);
+                    }
                     st = self.state.lock();
                     for id in task.input_ids() {
                         st.busy.remove(&id);
                     }
                     st.compactions_running -= 1;
                     match r {
-                        Ok(()) => retired = Some(self.install_super_version(&st)),
+                        Ok(()) => self.install_super_version(&st),
                         Err(e) => {
                             drop(st);
                             self.set_bg_error(&e);
@@ -200,8 +209,10 @@ impl Inner {
                 }
             }
             drop(st);
-            drop(retired);
+            // The job itself (the flushed memtable's last reference but the
+            // retired super version's) is dropped after `state` is unlocked.
             drop(work);
+            self.reap_super_versions();
             // Writers waiting on this job go first; then the unlinks, which
             // take milliseconds per file. A flush thread leaves the tables
             // compactions made obsolete to the compaction threads, so that
@@ -256,6 +267,36 @@ impl Inner {
             }
         }
         None
+    }
+
+    /// Opens (and so verifies) the tables of `region`'s current version
+    /// numbered from `first` on — the outputs of the job just run — before
+    /// the super version that shows them to readers is installed: readers
+    /// never pay for a new table's open (footer, index and filter read and
+    /// checksummed; a PM structure's scan), as RocksDB's flush and
+    /// compaction jobs add their outputs to the table cache. Older tables
+    /// stay opened on first use. A failure is left for the first reader
+    /// to report.
+    fn warm_tables(&self, region: usize, first: u64) {
+        let v = self.versions.current_in(region);
+        for t in v.levels.iter().flatten().filter(|t| t.meta.id >= first) {
+            let _ = t.warm();
+        }
+    }
+
+    /// Whether a compaction thread would find work now: one is running or
+    /// a region's picker picks a task (`tierkv.compaction-pending`).
+    pub(super) fn compaction_pending(&self) -> bool {
+        let st = self.state.lock();
+        if st.compactions_running > 0 || st.manual_running {
+            return true;
+        }
+        let cx = self.pick_context(&st);
+        (0..self.router.count()).any(|region| {
+            self.design
+                .pick(&self.versions.current_in(region), &cx)
+                .is_some()
+        })
     }
 
     /// Flushes `mem`, the oldest immutable memtable of `region`; returns
@@ -395,9 +436,10 @@ impl Inner {
                 st.manual_running = false;
                 // Readers move to the new version, so the inputs' storage
                 // is released once they finish.
-                let retired = r.is_ok().then(|| self.install_super_version(&st));
+                if r.is_ok() {
+                    self.install_super_version(&st);
+                }
                 drop(st);
-                drop(retired);
                 self.done_cv.notify_all();
                 self.bg_cv.notify_all();
                 r?;

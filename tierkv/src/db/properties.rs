@@ -83,6 +83,16 @@ impl Inner {
                 }
                 Some(out)
             }
+            // RocksDB's names for the same four figures: together they tell
+            // whether background work is done (a quiesced database).
+            "tierkv.num-running-flushes" => Some(u8::from(self.state.lock().flushing).to_string()),
+            "tierkv.num-running-compactions" => {
+                Some(self.state.lock().compactions_running.to_string())
+            }
+            "tierkv.mem-table-flush-pending" => {
+                Some(u8::from(self.state.lock().mem.imm_count() > 0).to_string())
+            }
+            "tierkv.compaction-pending" => Some(u8::from(self.compaction_pending()).to_string()),
             _ => {
                 let n = name.strip_prefix("tierkv.num-files-at-level")?;
                 let level: usize = n.parse().ok()?;

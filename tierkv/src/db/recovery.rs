@@ -301,6 +301,7 @@ pub(super) fn open(
         spare_wanted: AtomicBool::new(true),
         admitted: RateMeter::new(),
         super_version: RwLock::new(Arc::new(sv)),
+        retired_super_versions: Mutex::new(Vec::new()),
         last_seq: AtomicU64::new(replay.last_seq),
         snapshots: Arc::new(Mutex::new(BTreeMap::new())),
         opts: options,

@@ -430,9 +430,8 @@ impl Inner {
                 st.mem.ssd_wals.push_back(n);
             }
             st.mem.switch(n, force);
-            let retired = self.install_super_version(&st);
+            self.install_super_version(&st);
             drop(st);
-            drop(retired);
             self.bg_cv.notify_all();
             return Ok(());
         }

@@ -185,6 +185,19 @@ impl TableHandle {
         Ok(self.reader.get().cloned().unwrap_or(r))
     }
 
+    /// Whether the reader is open.
+    pub fn is_open(&self) -> bool {
+        self.reader.get().is_some()
+    }
+
+    /// Opens the reader if no one has yet ([`TableHandle::reader`]).
+    pub fn warm(&self) -> Result<()> {
+        if self.reader.get().is_none() {
+            self.reader()?;
+        }
+        Ok(())
+    }
+
     /// Smallest user key.
     pub fn smallest_user_key(&self) -> &[u8] {
         key::user_key(&self.meta.smallest)

@@ -387,6 +387,12 @@ impl VersionSet {
         self.generation.load(Ordering::Acquire)
     }
 
+    /// The number the next [`VersionSet::new_file_number`] gives (files
+    /// numbered from here on are newer than now).
+    pub fn next_file_number(&self) -> u64 {
+        self.next_file_number.load(Ordering::Relaxed)
+    }
+
     /// A fresh file number (WALs, tables, manifests).
     pub fn new_file_number(&self) -> u64 {
         self.next_file_number.fetch_add(1, Ordering::Relaxed)

@@ -1,0 +1,86 @@
+//! What a read may not do (issue "Reads that never wait behind background
+//! work"): free a flushed memtable, or open a table a background job made.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::{Db, Options};
+
+fn filled(dir: &std::path::Path) -> Db {
+    let db = Db::open(dir, Options::default()).unwrap_or_else(|e| panic!("open: {e}"));
+    for i in 0..2000u32 {
+        db.put(format!("key{i:06}").as_bytes(), &[7u8; 100])
+            .unwrap_or_else(|e| panic!("put: {e}"));
+    }
+    db
+}
+
+/// A reader in flight while a flush installs the next super version ends
+/// holding the only reference to the flushed memtable but the retired
+/// list's: dropping its super version frees nothing; the background thread
+/// frees the memtable afterwards.
+#[test]
+fn a_reader_never_frees_a_flushed_memtable() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let db = filled(dir.path());
+    // What `get_with` holds while it reads.
+    let in_flight = db.inner.super_version();
+    let mem = Arc::downgrade(&in_flight.regions[0].mem);
+    db.flush().unwrap_or_else(|e| panic!("flush: {e}"));
+    {
+        // Keep the reaper out while the reader lets go.
+        let _reaper_out = db.inner.retired_super_versions.lock();
+        drop(in_flight);
+        assert!(
+            mem.upgrade().is_some(),
+            "the reader freed the flushed memtable"
+        );
+    }
+    let t0 = Instant::now();
+    while mem.upgrade().is_some() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "no background thread freed the flushed memtable"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    db.close().unwrap_or_else(|e| panic!("close: {e}"));
+}
+
+/// The table a flush makes is open (footer, index and filter read and
+/// verified) before any reader can see it.
+#[test]
+fn a_flushed_table_is_open_before_readers_see_it() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let db = filled(dir.path());
+    db.flush().unwrap_or_else(|e| panic!("flush: {e}"));
+    let sv = db.inner.super_version();
+    let tables: Vec<_> = sv.regions[0].version.levels.iter().flatten().collect();
+    assert!(!tables.is_empty(), "the flush made no table");
+    for t in tables {
+        assert!(t.is_open(), "table {} left for a reader to open", t.meta.id);
+    }
+    drop(sv);
+    db.close().unwrap_or_else(|e| panic!("close: {e}"));
+}
+
+/// RocksDB's four background figures read 0 once background work is done
+/// (what the bench's `--quiesce` waits for).
+#[test]
+fn background_figures_settle_to_zero() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let db = filled(dir.path());
+    db.flush().unwrap_or_else(|e| panic!("flush: {e}"));
+    let names = [
+        "tierkv.num-running-flushes",
+        "tierkv.num-running-compactions",
+        "tierkv.mem-table-flush-pending",
+        "tierkv.compaction-pending",
+    ];
+    let t0 = Instant::now();
+    while !names.iter().all(|n| db.property(n).as_deref() == Some("0")) {
+        assert!(t0.elapsed() < Duration::from_secs(20), "never quiesced");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    db.close().unwrap_or_else(|e| panic!("close: {e}"));
+}
