@@ -61,8 +61,23 @@ pub fn summary_line(name: &str, m: &Measured) -> String {
 /// ```
 pub fn stall_line(name: &str, r: &Record) -> Option<String> {
     let s = &r.stall;
+    let rs = &r.read_stall;
+    let reads = (rs.reads > 0).then(|| {
+        format!(
+            "{:<12} : reads (client): longest read {}; P99.9 {} P99.99 {}; reads > 1/10/100 ms: {}/{}/{}{}",
+            name,
+            fmt_us(rs.read_seconds_max * 1e6),
+            fmt_us(rs.p999_us),
+            fmt_us(rs.p9999_us),
+            rs.reads_over_1ms,
+            rs.reads_over_10ms,
+            rs.reads_over_100ms,
+            r.quiesce_seconds
+                .map_or(String::new(), |q| format!("; quiesced after {q:.1} s"))
+        )
+    });
     if s.writes == 0 {
-        return None;
+        return reads;
     }
     let mut line = format!(
         "{:<12} : stall (client): longest write {}; writes > 1/10/100 ms: {}/{}/{}; in writes > 1 ms {:.1}% of the run; per second min {} median {} ops",
@@ -90,6 +105,10 @@ pub fn stall_line(name: &str, r: &Record) -> Option<String> {
                 d.over_bytes as f64 / 1048576.0
             ))
         );
+    }
+    if let Some(reads) = reads {
+        line.push('\n');
+        line.push_str(&reads);
     }
     Some(line)
 }
@@ -208,6 +227,7 @@ mod tests {
             open_loop: false,
             rate: None,
             generator_cpu_seconds: 0.0,
+            origin_monotonic_ns: 0,
         };
         assert_eq!(
             summary_line("fillrandom", &m),

@@ -254,6 +254,22 @@ struct BenchArgs {
     /// P99 latency target of the rate sweep's summary, in microseconds.
     #[arg(long = "latency_target_us", default_value_t = 1000.0)]
     latency_target_us: f64,
+    /// Before each benchmark, wait for the engine's background work
+    /// (flushes and compactions) to end: reads measured quiesced rather
+    /// than right after a fill.
+    #[arg(long = "quiesce", num_args = 0..=1, default_value = "0", default_missing_value = "1", value_parser = parse_flag)]
+    quiesce: bool,
+    /// How long `--quiesce` waits at most before failing the run.
+    #[arg(long = "quiesce_timeout_seconds", default_value_t = 1800)]
+    quiesce_timeout_seconds: u64,
+    /// readwhilewriting's writer at this many puts per second (default: as
+    /// fast as it can).
+    #[arg(long = "writer_rate")]
+    writer_rate: Option<f64>,
+    /// Append every read slower than 1 ms to this file (configuration,
+    /// benchmark, thread id, start and end in CLOCK_MONOTONIC ns).
+    #[arg(long = "slow_reads_file")]
+    slow_reads_file: Option<PathBuf>,
     /// Warm writing benchmarks (overwrite, ycsb-a/b/d/e/f) up to a steady
     /// state before measuring them: until every level is within
     /// `--steady_factor` of its target (after at least half the benchmark's
@@ -354,6 +370,11 @@ fn plan_from(args: &BenchArgs, configs: Vec<Config>, default_scale: Scale) -> Re
                 args.latency_target_us
             )));
         }
+    }
+    if let Some(r) = args.writer_rate.filter(|r| !(r.is_finite() && *r > 0.0)) {
+        return Err(Error::Usage(format!(
+            "--writer_rate must be positive, got {r}"
+        )));
     }
     if args.steady_state && !(args.steady_factor.is_finite() && args.steady_factor >= 1.0) {
         return Err(Error::Usage(format!(
@@ -465,6 +486,11 @@ fn plan_from(args: &BenchArgs, configs: Vec<Config>, default_scale: Scale) -> Re
             ops: args.steady_ops,
         }),
         latency_target_us: args.latency_target_us,
+        quiesce: args
+            .quiesce
+            .then(|| std::time::Duration::from_secs(args.quiesce_timeout_seconds)),
+        writer_rate: args.writer_rate,
+        slow_reads_file: args.slow_reads_file.clone(),
     })
 }
 

@@ -58,6 +58,12 @@
 //!    each region is judged against the targets and the debts add up.
 //!    [`Debt::within`] is the steady-state test: every judged level at most
 //!    `factor` × its target (L0 by files where the engine counts files).
+//! 6. `read_stall`: slow reads measured by the client, as rule 3 does for
+//!    writes: the longest read, P99.9 and P99.99, and the reads slower than
+//!    1, 10 and 100 ms (service time closed loop, from the scheduled start
+//!    open loop). `quiesce_seconds`: with `--quiesce`, how long the bench
+//!    waited before the benchmark for the engine's background work to end
+//!    (`None` without it; a benchmark "after the fill" has none).
 
 use serde::{Deserialize, Serialize};
 
@@ -140,6 +146,44 @@ pub struct Stall {
     pub second_ops_min: f64,
     /// Completions in the median whole second.
     pub second_ops_median: f64,
+}
+
+/// `read_stall`: slow reads as the client sees them (rule 6), the same for
+/// every engine — the read-side twin of [`Stall`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ReadStall {
+    /// Reads measured (0 for a benchmark without reads).
+    pub reads: u64,
+    /// The longest read, in seconds.
+    pub read_seconds_max: f64,
+    /// Read P99.9, µs.
+    pub p999_us: f64,
+    /// Read P99.99, µs.
+    pub p9999_us: f64,
+    /// Reads slower than 1 ms.
+    pub reads_over_1ms: u64,
+    /// Reads slower than 10 ms.
+    pub reads_over_10ms: u64,
+    /// Reads slower than 100 ms.
+    pub reads_over_100ms: u64,
+}
+
+/// The client's read-stall measures (rule 6) from the read latencies.
+pub fn client_read_stall(read: &Hist) -> ReadStall {
+    if read.is_empty() {
+        return ReadStall::default();
+    }
+    let over = |ms: u64| read.len() - read.count_between(0, ms * 1_000_000);
+    ReadStall {
+        reads: read.len(),
+        read_seconds_max: read.max() as f64 / 1e9,
+        p999_us: read.value_at_quantile(0.999) as f64 / 1e3,
+        p9999_us: read.value_at_quantile(0.9999) as f64 / 1e3,
+        reads_over_1ms: over(1),
+        reads_over_10ms: over(10),
+        reads_over_100ms: over(100),
+    }
 }
 
 /// `engine_stall`: the engine's own stall accounting (rule 3), kept beside
@@ -341,6 +385,13 @@ pub struct Record {
     pub latency_us: Latency,
     /// Write stalls, measured by the client (rule 3).
     pub stall: Stall,
+    /// Slow reads, measured by the client (rule 6).
+    #[serde(default)]
+    pub read_stall: ReadStall,
+    /// Seconds waited for background work to end before the benchmark
+    /// (`--quiesce`, rule 6).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quiesce_seconds: Option<f64>,
     /// The engine's own stall accounting (rule 3).
     #[serde(default)]
     pub engine_stall: EngineStall,
@@ -803,6 +854,8 @@ pub fn build_record(
             write: mixed.then(|| LatencySummary::from_hist(&t.write)),
         },
         stall: client_stall(&t.write, &mut t.slow_writes.clone(), &t.timeline, m.seconds),
+        read_stall: client_read_stall(&t.read),
+        quiesce_seconds: None,
         engine_stall: stall_in_window(before, after, m.seconds),
         troughs: troughs(&t.timeline, m.seconds),
         write_amp: WriteAmp {
@@ -941,6 +994,27 @@ mod tests {
         // one, but the mean is not — the stalled seconds are troughs.
         let t = troughs(&[0, 0, 0, 500, 500], 5.0);
         assert_eq!(t.seconds, 3);
+    }
+
+    #[test]
+    fn client_read_stall_rule() {
+        let mut h = new_hist();
+        // 10,000 reads: 9,990 fast, 6 over 1 ms, 3 over 10 ms, 1 of 150 ms.
+        for _ in 0..9_990 {
+            h.record(20_000).unwrap_or(());
+        }
+        for v in [2, 3, 4, 5, 6, 7, 20, 30, 40, 150u64] {
+            h.record(v * 1_000_000).unwrap_or(());
+        }
+        let s = client_read_stall(&h);
+        assert_eq!(s.reads, 10_000);
+        assert_eq!(
+            (s.reads_over_1ms, s.reads_over_10ms, s.reads_over_100ms),
+            (10, 4, 1)
+        );
+        assert!((s.read_seconds_max - 0.15).abs() < 0.001);
+        assert!(s.p9999_us > 1000.0 && s.p9999_us >= s.p999_us);
+        assert_eq!(client_read_stall(&new_hist()), ReadStall::default());
     }
 
     #[test]
@@ -1151,6 +1225,7 @@ mod tests {
             open_loop: true,
             rate: Some(1000.0),
             generator_cpu_seconds: 0.0,
+            origin_monotonic_ns: 0,
         };
         m.tally.ops = 999;
         m.tally.written = 1000;

@@ -253,6 +253,7 @@ mod tests {
                 threads: 1,
                 rate,
                 report_interval_s: 0,
+                writer_rate: None,
             };
             let m = run(&engine, &w, &opts, &indicatif::ProgressBar::hidden())
                 .unwrap_or_else(|e| panic!("{e}"));

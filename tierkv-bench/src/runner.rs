@@ -42,6 +42,9 @@ pub struct RunOptions {
     pub rate: Option<f64>,
     /// Print throughput every this many seconds to stderr (0 = never).
     pub report_interval_s: u64,
+    /// readwhilewriting's writer at this many puts per second (`None`: as
+    /// fast as it can).
+    pub writer_rate: Option<f64>,
 }
 
 /// Latency histogram in nanoseconds.
@@ -86,6 +89,12 @@ pub struct Tally {
     /// [`crate::metrics::SLOW_WRITE_NS`] (start = scheduled start in an
     /// open loop).
     pub slow_writes: Vec<(u64, u64)>,
+    /// Every read slower than [`crate::metrics::SLOW_WRITE_NS`]: the
+    /// thread's kernel id and `(start, end)` as `slow_writes`, to lay
+    /// beside a scheduler trace (`--slow_ops_file`).
+    pub slow_reads: Vec<(u32, u64, u64)>,
+    /// The kernel id of the thread this tally counts for.
+    tid: u32,
 }
 
 impl Default for Tally {
@@ -108,6 +117,8 @@ impl Tally {
             write: new_hist(),
             timeline: Vec::new(),
             slow_writes: Vec::new(),
+            slow_reads: Vec::new(),
+            tid: crate::sys::thread_id(),
         }
     }
 
@@ -128,6 +139,11 @@ impl Tally {
                 self.read.saturating_record(ns.max(1));
                 self.reads += 1;
                 self.found += u64::from(out.found);
+                if ns > crate::metrics::SLOW_WRITE_NS {
+                    let end = done.saturating_duration_since(start).as_nanos() as u64;
+                    self.slow_reads
+                        .push((self.tid, end.saturating_sub(ns), end));
+                }
             }
             Some(Class::Write) => {
                 self.write.saturating_record(ns.max(1));
@@ -166,6 +182,7 @@ impl Tally {
             *a += b;
         }
         self.slow_writes.extend(o.slow_writes);
+        self.slow_reads.extend(o.slow_reads);
     }
 }
 
@@ -184,6 +201,9 @@ pub struct Measured {
     pub rate: Option<f64>,
     /// CPU seconds of the open-loop generator thread (0 in a closed loop).
     pub generator_cpu_seconds: f64,
+    /// `CLOCK_MONOTONIC` nanoseconds of the timeline's time zero (what
+    /// `perf record -k CLOCK_MONOTONIC` stamps its samples with).
+    pub origin_monotonic_ns: u64,
 }
 
 struct Shared {
@@ -220,12 +240,18 @@ pub fn run(
         .map(|r| Schedule::new(start + Duration::from_millis(5), r));
     // Time zero of the timeline: the first scheduled request in an open loop.
     let origin = sched.as_ref().map_or(start, |s| s.start);
+    let origin_monotonic_ns = {
+        let (mono, now) = (crate::sys::monotonic_ns(), Instant::now());
+        let ahead = origin.saturating_duration_since(now).as_nanos() as u64;
+        let behind = now.saturating_duration_since(origin).as_nanos() as u64;
+        (mono + ahead).saturating_sub(behind)
+    };
     let queue = OpQueue::new();
     let (results, bg, generator_cpu_seconds) = std::thread::scope(|s| {
         let (shared, queue) = (&shared, &queue);
-        let bg = w
-            .background_writer
-            .then(|| s.spawn(move || background_writer(engine, w, shared, origin)));
+        let bg = w.background_writer.then(|| {
+            s.spawn(move || background_writer(engine, w, shared, origin, opts.writer_rate))
+        });
         let generator = sched.as_ref().map(|sched| {
             s.spawn(move || {
                 crate::sys::raise_thread_priority(CLIENT_NICE);
@@ -272,6 +298,7 @@ pub fn run(
         open_loop: opts.rate.is_some(),
         rate: opts.rate,
         generator_cpu_seconds,
+        origin_monotonic_ns,
     })
 }
 
@@ -407,20 +434,32 @@ fn open_worker(
     Ok((tally, t0.elapsed().as_secs_f64(), Instant::now()))
 }
 
-/// readwhilewriting's writer: uniform puts until the readers finish.
+/// readwhilewriting's writer: uniform puts until the readers finish, as
+/// fast as it can or at `rate` puts per second (each put on its schedule;
+/// one behind schedule starts at once, no catching up in a burst).
 fn background_writer(
     engine: &dyn Engine,
     w: &Workload,
     shared: &Shared,
     start: Instant,
+    rate: Option<f64>,
 ) -> Result<Tally> {
     let mut tally = Tally::new();
     let mut exec = Executor::new(engine, w, usize::MAX / 2);
     let mut rng_stream = w.stream(usize::MAX / 4, 1);
+    let interval = rate.map(|r| Duration::from_secs_f64(1.0 / r));
+    let mut next = Instant::now();
     while !shared.readers_done.load(Ordering::Acquire) && !shared.abort.load(Ordering::Relaxed) {
         let k = match rng_stream.next_op() {
             Op::Get(k) | Op::Put(k) | Op::Scan(k, _) | Op::ReadModifyWrite(k) | Op::Insert(k) => k,
         };
+        if let Some(interval) = interval {
+            let now = Instant::now();
+            if next > now {
+                std::thread::sleep(next - now);
+            }
+            next = next.max(now) + interval;
+        }
         let t = Instant::now();
         let out = exec.execute(Op::Put(k))?;
         let end = Instant::now();

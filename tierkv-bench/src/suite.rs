@@ -51,6 +51,7 @@
 
 use std::io::{IsTerminal as _, Write as _};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -60,7 +61,7 @@ use crate::error::{io_err, Error, Result};
 use crate::metrics::{
     build_record, DebtSample, ProcessUsage, Record, RecordContext, Steady, SweepPoint,
 };
-use crate::runner::{run, RunOptions};
+use crate::runner::{run, Measured, RunOptions};
 use crate::scale::Scale;
 use crate::sys;
 use crate::workload::{is_fill, Workload, WorkloadParams};
@@ -156,6 +157,13 @@ pub struct Plan {
     pub steady: Option<SteadyOptions>,
     /// The P99 target of a rate sweep's summary, in µs.
     pub latency_target_us: f64,
+    /// Before each benchmark, wait this long at most for the engine's
+    /// background work to end (`--quiesce`); `None`: start at once.
+    pub quiesce: Option<Duration>,
+    /// readwhilewriting's writer rate, puts per second (`--writer_rate`).
+    pub writer_rate: Option<f64>,
+    /// Append every read slower than 1 ms here (`--slow_reads_file`).
+    pub slow_reads_file: Option<PathBuf>,
 }
 
 impl Plan {
@@ -418,6 +426,45 @@ fn warm_up(
     ))
 }
 
+/// Waits until `engine`'s background work is done (`--quiesce`), polling
+/// every 100 ms; returns the seconds waited, or an error past `limit`.
+fn quiesce(engine: &dyn engines::Engine, limit: Duration, label: &str, bench: &str) -> Result<f64> {
+    let t0 = std::time::Instant::now();
+    while !engine.background_idle()? {
+        if t0.elapsed() > limit {
+            return Err(Error::Other(format!(
+                "{label}: background work still running {} s before {bench} (--quiesce_timeout_seconds)",
+                limit.as_secs()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let s = t0.elapsed().as_secs_f64();
+    eprintln!("{label}: quiesced in {s:.1} s before {bench}");
+    Ok(s)
+}
+
+/// Appends one line per read slower than 1 ms to `path`: configuration,
+/// benchmark, thread id, start and end in `CLOCK_MONOTONIC` ns — to lay
+/// beside `perf record -k CLOCK_MONOTONIC` (README "Reads").
+fn append_slow_reads(path: &Path, config: &str, bench: &str, m: &Measured) -> Result<()> {
+    let mut text = String::new();
+    for &(tid, start, end) in &m.tally.slow_reads {
+        let base = m.origin_monotonic_ns;
+        text.push_str(&format!(
+            "{config}\t{bench}\t{tid}\t{}\t{}\n",
+            base + start,
+            base + end
+        ));
+    }
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .map_err(io_err(format!("append {}", path.display())))
+}
+
 /// Runs `steps` on a fresh database of `config`.
 pub fn run_config(plan: &Plan, config: &Config, steps: &[Step]) -> Result<Vec<Record>> {
     let (ssd_dir, pm_dir) = plan.dirs(config);
@@ -445,6 +492,7 @@ pub fn run_config(plan: &Plan, config: &Config, steps: &[Step]) -> Result<Vec<Re
                 threads: plan.threads,
                 rate: step.rate,
                 report_interval_s: plan.report_interval_s,
+                writer_rate: plan.writer_rate,
             };
             let steady = match &plan.steady {
                 Some(so) if warms_up(b) => {
@@ -462,6 +510,10 @@ pub fn run_config(plan: &Plan, config: &Config, steps: &[Step]) -> Result<Vec<Re
                     Some(st)
                 }
                 _ => None,
+            };
+            let quiesce_seconds = match plan.quiesce {
+                Some(limit) => Some(quiesce(engine.as_ref(), limit, &config.name, b)?),
+                None => None,
             };
             let before = engine.stats()?;
             let cpu0 = sys::cpu_seconds();
@@ -487,6 +539,10 @@ pub fn run_config(plan: &Plan, config: &Config, steps: &[Step]) -> Result<Vec<Re
             let mut rec = build_record(&ctx, b, &m, &before, &after, usage);
             rec.steady = steady;
             rec.sweep = step.sweep.clone();
+            rec.quiesce_seconds = quiesce_seconds;
+            if let Some(path) = &plan.slow_reads_file {
+                append_slow_reads(path, &config.name, b, &m)?;
+            }
             // print! (not a locked stdout) so test harnesses capture it.
             println!("{}", summary_line(b, &m));
             if let Some(line) = stall_line(b, &rec) {
@@ -763,6 +819,9 @@ mod tests {
             json: Some(dir.join("out.json")),
             steady: None,
             latency_target_us: 1000.0,
+            quiesce: None,
+            writer_rate: None,
+            slow_reads_file: None,
         }
     }
 

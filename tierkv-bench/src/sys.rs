@@ -76,6 +76,27 @@ pub fn set_timer_slack_ns(ns: u64) {
     let _ = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong) };
 }
 
+/// The calling thread's kernel id (what `perf` and `/proc` name it by).
+pub fn thread_id() -> u32 {
+    // SAFETY: gettid has no preconditions and cannot fail.
+    unsafe { libc::gettid() as u32 }
+}
+
+/// `CLOCK_MONOTONIC` now, in nanoseconds (the clock `Instant` reads and
+/// `perf record -k CLOCK_MONOTONIC` stamps samples with), or 0.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; clock_gettime only
+    // writes it.
+    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) } != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// Raises the calling thread's CPU priority (nice value `nice`, e.g. −10)
 /// so that a sleeping client thread gets the CPU back as soon as it wakes.
 /// Needs CAP_SYS_NICE (root); returns false when refused.

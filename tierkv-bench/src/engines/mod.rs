@@ -50,6 +50,13 @@ pub trait Engine: Send + Sync {
     fn report(&self) -> Option<String> {
         None
     }
+    /// Whether background work is done: no flush or compaction running or
+    /// pending (RocksDB's `num-running-flushes`, `num-running-compactions`,
+    /// `mem-table-flush-pending` and `compaction-pending` all 0). What
+    /// `--quiesce` waits for.
+    fn background_idle(&self) -> Result<bool> {
+        Ok(true)
+    }
     /// Closes the engine, waiting for its background work.
     fn close(self: Box<Self>) -> Result<()>;
 }

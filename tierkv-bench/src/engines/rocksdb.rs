@@ -421,6 +421,20 @@ impl Engine for RocksEngine {
         self.db.flush().map_err(rerr)
     }
 
+    fn background_idle(&self) -> Result<bool> {
+        for name in [
+            "rocksdb.num-running-flushes",
+            "rocksdb.num-running-compactions",
+            "rocksdb.mem-table-flush-pending",
+            "rocksdb.compaction-pending",
+        ] {
+            if self.int_property(name)? != Some(0) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     fn stats(&self) -> Result<EngineStats> {
         let uptime_s = self.opened.elapsed().as_secs_f64();
         // A no-op SetOptions flushes the info log, so the event log is current.

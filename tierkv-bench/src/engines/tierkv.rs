@@ -396,6 +396,14 @@ fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
 
+/// The properties that are all 0 once background work is done.
+const BACKGROUND_FIGURES: [&str; 4] = [
+    "tierkv.num-running-flushes",
+    "tierkv.num-running-compactions",
+    "tierkv.mem-table-flush-pending",
+    "tierkv.compaction-pending",
+];
+
 impl Engine for TierkvEngine {
     fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
         self.db.put(key, value).map_err(terr)
@@ -430,6 +438,12 @@ impl Engine for TierkvEngine {
 
     fn flush(&self) -> Result<()> {
         self.db.flush().map_err(terr)
+    }
+
+    fn background_idle(&self) -> Result<bool> {
+        Ok(BACKGROUND_FIGURES
+            .iter()
+            .all(|name| self.db.property(name).as_deref() == Some("0")))
     }
 
     fn stats(&self) -> Result<EngineStats> {

@@ -382,6 +382,29 @@ pub fn markdown(records: &[Record], json: &Path, files: &[String]) -> String {
                 r.peak_rss_bytes as f64 / 1048576.0
             );
         }
+        if g.records.iter().any(|r| r.read_stall.reads > 0) {
+            let _ = writeln!(
+                s,
+                "\nSlow reads, measured by the client:\n\n| config | reads | longest read | P99.9 | P99.99 | reads > 1 / 10 / 100 ms | quiesced before (s) |\n|---|---|---|---|---|---|---|"
+            );
+            for r in g.records.iter().filter(|r| r.read_stall.reads > 0) {
+                let rs = &r.read_stall;
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {} | {} | {} | {} / {} / {} | {} |",
+                    r.config,
+                    rs.reads,
+                    fmt_us(rs.read_seconds_max * 1e6),
+                    fmt_us(rs.p999_us),
+                    fmt_us(rs.p9999_us),
+                    rs.reads_over_1ms,
+                    rs.reads_over_10ms,
+                    rs.reads_over_100ms,
+                    r.quiesce_seconds
+                        .map_or("–".to_string(), |q| format!("{q:.1}"))
+                );
+            }
+        }
         if g.records.iter().any(|r| r.latency_us.read.is_some()) {
             let _ = writeln!(
                 s,
