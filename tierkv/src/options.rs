@@ -198,6 +198,14 @@ pub struct Options {
     /// 0 and at 10 alike), hence off by default. Linux only; elsewhere
     /// ignored.
     pub background_nice: i32,
+    /// Limit compaction's writes into the SSD levels while foreground
+    /// reads queue behind them, tuned to those reads' latency
+    /// ([`crate::storage::limiter`]: halved per 100 ms window with a read
+    /// over 1 ms, never below 8 MiB/s, lifted after fast windows). On by
+    /// default: a point read that misses the page cache waits behind
+    /// compaction writes otherwise (README "Reads"). Flushes are never
+    /// limited.
+    pub background_io_autotune: bool,
     /// Block cache budget in bytes.
     pub block_cache_bytes: usize,
     /// Uncompressed data block size.
@@ -415,6 +423,7 @@ impl Default for Options {
             write_pacing: true,
             background_threads: 2,
             background_nice: 0,
+            background_io_autotune: true,
             block_cache_bytes: 8 << 20,
             block_size_bytes: 4096,
             bloom_bits_per_key: 10,
@@ -480,6 +489,7 @@ impl fmt::Debug for Options {
             .field("l0_stop_trigger", &self.l0_stop_trigger)
             .field("background_threads", &self.background_threads)
             .field("background_nice", &self.background_nice)
+            .field("background_io_autotune", &self.background_io_autotune)
             .field("vsst", &self.vsst)
             .field("vlsm_growth_factor", &self.vlsm_growth_factor)
             .field("vlsm_phi", &self.vlsm_phi)

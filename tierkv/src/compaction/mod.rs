@@ -29,6 +29,7 @@ use crate::key::{self, compare_internal, Kind, SeqNo};
 use crate::options::Options;
 use crate::sst::{TableBuilder, TableOptions};
 use crate::stats::{StatsRecorder, Tier};
+use crate::storage::limiter::{BackgroundLimiter, Throttled};
 use crate::storage::{FileSystem, WriteHint};
 use crate::version::edit::{TableFormat, TableMeta};
 use crate::version::set::VersionSet;
@@ -53,6 +54,9 @@ pub struct JobEnv<'a> {
     pub smallest_snapshot: SeqNo,
     /// The version the job was picked from.
     pub version: Arc<Version>,
+    /// Admits compaction output into the SSD levels
+    /// (`Options::background_io_autotune`); `None`: no limit.
+    pub limiter: Option<&'a Arc<BackgroundLimiter>>,
 }
 
 impl JobEnv<'_> {
@@ -187,7 +191,12 @@ impl<'a, 'e> Outputs<'a, 'e> {
                 direct: self.env.opts.use_direct_io_for_flush_and_compaction,
                 bytes_per_sync: self.env.opts.bytes_per_sync,
             };
-            let file = self.env.fs.create(&path, hint)?;
+            let mut file = self.env.fs.create(&path, hint)?;
+            // L0 is a flush's target: writers wait on it, so it is not
+            // limited.
+            if let Some(l) = self.env.limiter.filter(|_| self.level >= 1) {
+                file = Box::new(Throttled::new(file, Arc::clone(l)));
+            }
             self.cur = Some((
                 id,
                 TableBuilder::new(file, self.env.table_options(self.level)),

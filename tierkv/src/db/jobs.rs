@@ -37,6 +37,7 @@ pub(super) fn start_background(inner: &Arc<Inner>) -> Vec<JoinHandle<()>> {
             std::thread::Builder::new()
                 .name(format!("tierkv-bg-{i}"))
                 .spawn(move || {
+                    crate::storage::limiter::mark_background();
                     lower_priority(inner.opts.background_nice);
                     inner.background_loop(role)
                 })
@@ -427,7 +428,11 @@ impl Inner {
                 st.busy.extend(ids.iter().copied());
                 st.manual_running = true;
                 drop(st);
-                let r = self.run_compaction(region, &task, v);
+                let r = {
+                    // Its reads are not the foreground's (the limiter).
+                    let _bg = crate::storage::limiter::background_scope();
+                    self.run_compaction(region, &task, v)
+                };
                 drop(task);
                 let mut st = self.state.lock();
                 for id in &ids {

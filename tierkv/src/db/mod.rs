@@ -226,6 +226,9 @@ struct Inner {
     /// (README "Reads": 29% of the time in readwhilewriting's slowest
     /// reads was the reader freeing a memtable).
     retired_super_versions: Mutex<Vec<Arc<SuperVersion>>>,
+    /// Compaction's SSD writes against foreground reads
+    /// (`Options::background_io_autotune`).
+    limiter: Option<Arc<crate::storage::limiter::BackgroundLimiter>>,
     last_seq: AtomicU64,
     snapshots: Arc<Mutex<BTreeMap<SeqNo, usize>>>,
     _lock: Box<dyn FileLock>,
@@ -595,6 +598,7 @@ impl Inner {
             stats: &self.stats,
             smallest_snapshot: self.smallest_snapshot(),
             version,
+            limiter: self.limiter.as_ref(),
         }
     }
 

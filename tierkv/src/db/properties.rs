@@ -93,6 +93,15 @@ impl Inner {
                 Some(u8::from(self.state.lock().mem.imm_count() > 0).to_string())
             }
             "tierkv.compaction-pending" => Some(u8::from(self.compaction_pending()).to_string()),
+            "tierkv.background-write-limit" => Some(match &self.limiter {
+                None => "off".to_string(),
+                Some(l) => match l.limit() {
+                    (None, lowered) => format!("none (lowered in {lowered} windows so far)"),
+                    (Some(b), lowered) => {
+                        format!("{b} bytes/s (lowered in {lowered} windows so far)")
+                    }
+                },
+            }),
             _ => {
                 let n = name.strip_prefix("tierkv.num-files-at-level")?;
                 let level: usize = n.parse().ok()?;

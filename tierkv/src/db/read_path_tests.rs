@@ -1,9 +1,12 @@
 //! What a read may not do (issue "Reads that never wait behind background
 //! work"): free a flushed memtable, or open a table a background job made.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::storage::mem::MemFs;
+use crate::storage::{FileLock, FileSystem, RandomAccessFile, WritableFile, WriteHint};
 use crate::{Db, Options};
 
 fn filled(dir: &std::path::Path) -> Db {
@@ -83,4 +86,105 @@ fn background_figures_settle_to_zero() {
         std::thread::sleep(Duration::from_millis(10));
     }
     db.close().unwrap_or_else(|e| panic!("close: {e}"));
+}
+
+/// A file system whose reads take 2 ms: every foreground read is slow.
+struct SlowReads(Arc<dyn FileSystem>);
+
+struct SlowFile(Arc<dyn RandomAccessFile>);
+
+impl RandomAccessFile for SlowFile {
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> crate::Result<()> {
+        std::thread::sleep(Duration::from_millis(2));
+        self.0.read_exact_at(offset, buf)
+    }
+    fn len(&self) -> u64 {
+        self.0.len()
+    }
+    fn path(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl FileSystem for SlowReads {
+    fn create(&self, p: &Path, h: WriteHint) -> crate::Result<Box<dyn WritableFile>> {
+        self.0.create(p, h)
+    }
+    fn open(&self, p: &Path) -> crate::Result<Arc<dyn RandomAccessFile>> {
+        Ok(Arc::new(SlowFile(self.0.open(p)?)))
+    }
+    fn read_all(&self, p: &Path) -> crate::Result<Vec<u8>> {
+        self.0.read_all(p)
+    }
+    fn rename(&self, a: &Path, b: &Path) -> crate::Result<()> {
+        self.0.rename(a, b)
+    }
+    fn remove(&self, p: &Path) -> crate::Result<()> {
+        self.0.remove(p)
+    }
+    fn exists(&self, p: &Path) -> bool {
+        self.0.exists(p)
+    }
+    fn list(&self, d: &Path) -> crate::Result<Vec<String>> {
+        self.0.list(d)
+    }
+    fn create_dir_all(&self, d: &Path) -> crate::Result<()> {
+        self.0.create_dir_all(d)
+    }
+    fn sync_dir(&self, d: &Path) -> crate::Result<()> {
+        self.0.sync_dir(d)
+    }
+    fn file_size(&self, p: &Path) -> crate::Result<u64> {
+        self.0.file_size(p)
+    }
+    fn lock(&self, p: &Path) -> crate::Result<Box<dyn FileLock>> {
+        self.0.lock(p)
+    }
+    fn free_space(&self, d: &Path) -> crate::Result<u64> {
+        self.0.free_space(d)
+    }
+}
+
+/// Slow foreground reads lower the limit on compaction's SSD writes; with
+/// `background_io_autotune` off there is none.
+#[test]
+fn slow_foreground_reads_limit_compaction_writes() {
+    for autotune in [true, false] {
+        let opts = Options {
+            fs: Arc::new(SlowReads(Arc::new(MemFs::new()))),
+            block_cache_bytes: 0,
+            background_io_autotune: autotune,
+            ..Options::default()
+        };
+        let dir = Path::new("/db");
+        let db = Db::open(dir, opts).unwrap_or_else(|e| panic!("open: {e}"));
+        for i in 0..2000u32 {
+            db.put(format!("key{i:06}").as_bytes(), &[7u8; 100])
+                .unwrap_or_else(|e| panic!("put: {e}"));
+        }
+        db.flush().unwrap_or_else(|e| panic!("flush: {e}"));
+        // Over a window of slow foreground reads...
+        let t0 = Instant::now();
+        let mut i = 0u32;
+        while t0.elapsed() < Duration::from_millis(250) {
+            db.get(format!("key{:06}", i % 2000).as_bytes())
+                .unwrap_or_else(|e| panic!("get: {e}"));
+            i += 1;
+        }
+        // ...compaction writes into L1 are admitted under a limit.
+        db.compact_range(None, None)
+            .unwrap_or_else(|e| panic!("compact: {e}"));
+        let limit = db
+            .property("tierkv.background-write-limit")
+            .unwrap_or_default();
+        if autotune {
+            assert!(
+                !limit.contains("lowered in 0 windows"),
+                "slow reads did not lower the limit: {limit}"
+            );
+        } else {
+            assert_eq!(limit, "off");
+        }
+        db.close().unwrap_or_else(|e| panic!("close: {e}"));
+    }
 }

@@ -54,6 +54,7 @@ use crate::options::{Options, WalPlacement, WalRecovery};
 use crate::sst::{BlockCache, TableCounters};
 use crate::stats::{StatsRecorder, Tier};
 use crate::storage::alloc::PageRun;
+use crate::storage::limiter::{BackgroundLimiter, GovernedFs};
 use crate::storage::pm::PmTier;
 use crate::storage::FileSystem;
 use crate::version::closed::Closed;
@@ -77,7 +78,15 @@ pub(super) fn open(
 ) -> Result<Arc<Inner>> {
     options.validate()?;
     let dir = dir.to_path_buf();
-    let fs = Arc::clone(&options.fs);
+    // With the limiter, the engine reads through a wrapper that times
+    // foreground reads for it.
+    let limiter = options
+        .background_io_autotune
+        .then(|| Arc::new(BackgroundLimiter::new()));
+    let fs: Arc<dyn FileSystem> = match &limiter {
+        Some(l) => Arc::new(GovernedFs::new(Arc::clone(&options.fs), Arc::clone(l))),
+        None => Arc::clone(&options.fs),
+    };
     fs.create_dir_all(&dir)?;
     let lock = fs.lock(&dir.join("LOCK"))?;
     let exists = fs.exists(&dir.join("CURRENT"));
@@ -183,6 +192,7 @@ pub(super) fn open(
             stats: &stats,
             smallest_snapshot: recovered.last_seqno,
             version: versions.current(),
+            limiter: None,
         };
         design.recover(&env)?
     };
@@ -302,6 +312,7 @@ pub(super) fn open(
         admitted: RateMeter::new(),
         super_version: RwLock::new(Arc::new(sv)),
         retired_super_versions: Mutex::new(Vec::new()),
+        limiter,
         last_seq: AtomicU64::new(replay.last_seq),
         snapshots: Arc::new(Mutex::new(BTreeMap::new())),
         opts: options,
@@ -494,6 +505,7 @@ impl Replay {
                 stats,
                 smallest_snapshot: last_seq,
                 version: Arc::clone(&chained[region]),
+                limiter: None,
             };
             let start = Instant::now();
             let out = design.flush(&env, mem)?;

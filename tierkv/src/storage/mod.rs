@@ -23,6 +23,7 @@ use crate::error::Result;
 pub mod alloc;
 pub mod dax;
 pub mod fault;
+pub mod limiter;
 pub mod mem;
 pub mod mmap;
 pub mod pm;

@@ -1093,7 +1093,12 @@ impl Container {
             std::thread::scope(|s| {
                 let hs: Vec<_> = groups
                     .iter()
-                    .map(|g| s.spawn(|| collect(&readers, &windows, g)))
+                    .map(|g| {
+                        s.spawn(|| {
+                            crate::storage::limiter::mark_background();
+                            collect(&readers, &windows, g)
+                        })
+                    })
                     .collect();
                 hs.into_iter()
                     .map(|h| h.join().unwrap_or_default())
@@ -1169,7 +1174,15 @@ impl Container {
             };
             let results: Vec<Result<Vec<TableMeta>>> = if parts.len() > 1 {
                 std::thread::scope(|sc| {
-                    let hs: Vec<_> = parts.iter().map(|p| sc.spawn(|| job.part(p))).collect();
+                    let hs: Vec<_> = parts
+                        .iter()
+                        .map(|p| {
+                            sc.spawn(|| {
+                                crate::storage::limiter::mark_background();
+                                job.part(p)
+                            })
+                        })
+                        .collect();
                     hs.into_iter()
                         .map(|h| {
                             h.join().unwrap_or_else(|_| {

@@ -1220,6 +1220,7 @@ impl RangeTab {
             versions: env.versions,
             stats: env.stats,
             smallest_snapshot: env.smallest_snapshot,
+            limiter: env.limiter,
             version: if prepared {
                 env.versions.current()
             } else {
