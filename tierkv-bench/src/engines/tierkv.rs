@@ -118,6 +118,9 @@ pub enum Knob {
     /// `nice=`: the background threads' added niceness, 0..=19
     /// (`Options::background_nice`, default 0).
     Nice(u64),
+    /// `iotune=0|1`: the background write limiter tuned to foreground
+    /// reads off or on (`Options::background_io_autotune`, default on).
+    IoTune(bool),
     /// `rt=`: rangetab's number of RangeTabs (default: as many as the PM
     /// holds at two buffers of the capacity each).
     RangeTabs(u64),
@@ -208,6 +211,7 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
             "limit" => Knob::ContainerLimit(n),
             "k" if n >= 1 => Knob::Collectors(n),
             "pace" if n <= 1 => Knob::Pacing(n == 1),
+            "iotune" if n <= 1 => Knob::IoTune(n == 1),
             "nice" if n <= 19 => Knob::Nice(n),
             "nice" => {
                 return Err(Error::Usage(format!(
@@ -215,7 +219,7 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
                 )))
             }
             "vsst" if n <= 1 => Knob::Vsst(n == 1),
-            "pace" | "vsst" => {
+            "pace" | "vsst" | "iotune" => {
                 return Err(Error::Usage(format!(
                     "knob `{part}` of `{spec}`: {name} is 0 or 1"
                 )))
@@ -250,7 +254,7 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
             }
             _ => {
                 return Err(Error::Usage(format!(
-                    "unknown knob `{name}` in `{spec}`; knobs: mem, sst, phi, f, l0, batch, l1, regions, hints, limit, k, pace, nice, rt, cap, prefix, quantiles, hash, faithful, cache, pmlv, seg, tbl, relink, entry, copy, paper, vsst"
+                    "unknown knob `{name}` in `{spec}`; knobs: mem, sst, phi, f, l0, batch, l1, regions, hints, limit, k, pace, nice, iotune, rt, cap, prefix, quantiles, hash, faithful, cache, pmlv, seg, tbl, relink, entry, copy, paper, vsst"
                 )))
             }
         });
@@ -280,6 +284,7 @@ pub fn options_for_spec(preset: Preset, spec: &str, setup: &EngineSetup) -> Resu
             | Knob::Collectors(_)
             | Knob::Pacing(_)
             | Knob::Nice(_)
+            | Knob::IoTune(_)
             | Knob::RangeTabs(_)
             | Knob::Capacity(_)
             | Knob::Prefix(_)
@@ -309,6 +314,7 @@ pub fn options_for_spec(preset: Preset, spec: &str, setup: &EngineSetup) -> Resu
             Knob::Collectors(n) => o.pm_collector_threads = n as usize,
             Knob::Pacing(on) => o.write_pacing = on,
             Knob::Nice(n) => o.background_nice = n as i32,
+            Knob::IoTune(on) => o.background_io_autotune = on,
             Knob::RangeTabs(n) => o.rangetab_count = n as usize,
             Knob::Capacity(n) => o.rangetab_capacity_bytes = n,
             Knob::Prefix(n) => o.rangetab_prefix_bytes = n as usize,
