@@ -37,8 +37,8 @@ pub(super) fn start_background(inner: &Arc<Inner>) -> Vec<JoinHandle<()>> {
             std::thread::Builder::new()
                 .name(format!("tierkv-bg-{i}"))
                 .spawn(move || {
-                    crate::storage::limiter::mark_background();
                     lower_priority(inner.opts.background_nice);
+                    crate::storage::limiter::mark_background();
                     inner.background_loop(role)
                 })
                 .map_err(|e| Error::io("spawn background thread", e))
@@ -445,6 +445,9 @@ impl Inner {
                     self.install_super_version(&st);
                 }
                 drop(st);
+                // The caller's thread is no reader: the replaced version's
+                // storage goes back now, for the next pick to see.
+                self.reap_super_versions();
                 self.done_cv.notify_all();
                 self.bg_cv.notify_all();
                 r?;
