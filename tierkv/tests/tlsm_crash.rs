@@ -275,12 +275,26 @@ impl Rig {
             std::thread::sleep(Duration::from_millis(60));
             let s = self.db().stats();
             let now = (s.compactions.len(), s.flushes.len());
-            if now == last {
+            if now == last && background_done(self.db()) {
                 return;
             }
             last = now;
         }
     }
+}
+
+/// No flush or compaction running, no memtable waiting: a job slowed down
+/// (the background write limiter, a loaded machine) may make no progress
+/// the stats can see for a while. (Not `tierkv.compaction-pending`: the
+/// LRU policies' pickers keep it set while PM is over their capacity.)
+fn background_done(db: &Db) -> bool {
+    [
+        "tierkv.num-running-flushes",
+        "tierkv.num-running-compactions",
+        "tierkv.mem-table-flush-pending",
+    ]
+    .iter()
+    .all(|n| db.property(n).as_deref() == Some("0"))
 }
 
 fn key(i: u64) -> Vec<u8> {

@@ -111,7 +111,13 @@ fn idle(db: &Db) {
         std::thread::sleep(std::time::Duration::from_millis(150));
         let s = db.stats();
         let now = s.compactions.len() + s.flushes.len();
-        if now == last {
+        let running = [
+            "tierkv.num-running-flushes",
+            "tierkv.num-running-compactions",
+        ]
+        .iter()
+        .any(|n| db.property(n).as_deref() != Some("0"));
+        if now == last && !running {
             return;
         }
         last = now;
