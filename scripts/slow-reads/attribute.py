@@ -133,5 +133,5 @@ for bench, tid, s, e in slow:
 
 for bench in res:
     print(f"== {name} {bench}: {cnt[bench]} reads >= {minms} ms ({over10[bench]} > 10 ms), {tot[bench]/1e6:.1f} ms in them")
-    for lab, ns in sorted(res[bench].items(), key=lambda x: -x[1])[:18]:
+    for lab, ns in sorted(res[bench].items(), key=lambda x: -x[1])[:60]:
         print(f"  {ns/1e6:9.1f} ms {100*ns/tot[bench]:5.1f}%  {lab}")
