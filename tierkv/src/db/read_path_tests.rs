@@ -5,8 +5,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::storage::fault::{Fault, FaultFs, FaultRule, Op};
 use crate::storage::mem::MemFs;
-use crate::storage::{FileLock, FileSystem, RandomAccessFile, WritableFile, WriteHint};
 use crate::{Db, Options};
 
 fn filled(dir: &std::path::Path) -> Db {
@@ -88,70 +88,20 @@ fn background_figures_settle_to_zero() {
     db.close().unwrap_or_else(|e| panic!("close: {e}"));
 }
 
-/// A file system whose reads take 2 ms: every foreground read is slow.
-struct SlowReads(Arc<dyn FileSystem>);
-
-struct SlowFile(Arc<dyn RandomAccessFile>);
-
-impl RandomAccessFile for SlowFile {
-    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> crate::Result<()> {
-        std::thread::sleep(Duration::from_millis(2));
-        self.0.read_exact_at(offset, buf)
-    }
-    fn len(&self) -> u64 {
-        self.0.len()
-    }
-    fn path(&self) -> &Path {
-        self.0.path()
-    }
-}
-
-impl FileSystem for SlowReads {
-    fn create(&self, p: &Path, h: WriteHint) -> crate::Result<Box<dyn WritableFile>> {
-        self.0.create(p, h)
-    }
-    fn open(&self, p: &Path) -> crate::Result<Arc<dyn RandomAccessFile>> {
-        Ok(Arc::new(SlowFile(self.0.open(p)?)))
-    }
-    fn read_all(&self, p: &Path) -> crate::Result<Vec<u8>> {
-        self.0.read_all(p)
-    }
-    fn rename(&self, a: &Path, b: &Path) -> crate::Result<()> {
-        self.0.rename(a, b)
-    }
-    fn remove(&self, p: &Path) -> crate::Result<()> {
-        self.0.remove(p)
-    }
-    fn exists(&self, p: &Path) -> bool {
-        self.0.exists(p)
-    }
-    fn list(&self, d: &Path) -> crate::Result<Vec<String>> {
-        self.0.list(d)
-    }
-    fn create_dir_all(&self, d: &Path) -> crate::Result<()> {
-        self.0.create_dir_all(d)
-    }
-    fn sync_dir(&self, d: &Path) -> crate::Result<()> {
-        self.0.sync_dir(d)
-    }
-    fn file_size(&self, p: &Path) -> crate::Result<u64> {
-        self.0.file_size(p)
-    }
-    fn lock(&self, p: &Path) -> crate::Result<Box<dyn FileLock>> {
-        self.0.lock(p)
-    }
-    fn free_space(&self, d: &Path) -> crate::Result<u64> {
-        self.0.free_space(d)
-    }
-}
-
 /// Slow foreground reads lower the limit on compaction's SSD writes; with
 /// `background_io_autotune` off there is none.
 #[test]
 fn slow_foreground_reads_limit_compaction_writes() {
     for autotune in [true, false] {
+        // Every read takes 2 ms: every foreground read is slow.
+        let fs = FaultFs::new(Arc::new(MemFs::new()));
+        fs.add_rule(
+            FaultRule::new(Op::Read)
+                .always()
+                .fault(Fault::Delay(Duration::from_millis(2))),
+        );
         let opts = Options {
-            fs: Arc::new(SlowReads(Arc::new(MemFs::new()))),
+            fs: Arc::new(fs),
             block_cache_bytes: 0,
             background_io_autotune: autotune,
             ..Options::default()

@@ -13,11 +13,13 @@
 //! * when it fires: after `n` matching calls succeeded, then [`Repeat::Once`]
 //!   or [`Repeat::Always`];
 //! * the error ([`Fault`]): ENOSPC or EIO, reported as [`Error::Io`] with
-//!   `io::Error::from_raw_os_error`, so `Error::is_no_space` works on it.
+//!   `io::Error::from_raw_os_error`, so `Error::is_no_space` works on it;
+//!   or a delay ([`Fault::Delay`]): a slow device, not a failing one.
 //!
-//! A call that fires a rule does not reach the inner file system: nothing is
-//! appended, renamed, synced... The first rule (in insertion order) that
-//! fires wins; every matching rule counts the call either way.
+//! A call that fires an error rule does not reach the inner file system:
+//! nothing is appended, renamed, synced... A delay rule sleeps, then lets
+//! the call through. The first rule (in insertion order) that fires wins;
+//! every matching rule counts the call either way.
 //!
 //! Capacity: [`FaultFs::set_capacity_bytes`] simulates a full disk. Bytes
 //! appended through the wrapper are counted; an append that would take the
@@ -141,22 +143,15 @@ pub enum Repeat {
     Always,
 }
 
-/// The error a rule injects.
+/// What a rule injects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
     /// ENOSPC: the device is full.
     NoSpace,
     /// EIO: a device error.
     Io,
-}
-
-impl Fault {
-    fn errno(self) -> i32 {
-        match self {
-            Fault::NoSpace => ENOSPC,
-            Fault::Io => EIO,
-        }
-    }
+    /// The call takes this much longer, then goes through (a slow device).
+    Delay(std::time::Duration),
 }
 
 /// One error-injection rule; build with [`FaultRule::new`] and the setters.
@@ -286,11 +281,16 @@ impl Shared {
             }
         }
         drop(st);
-        match hit {
-            None => Ok(()),
-            Some(fault) => {
-                self.injected[op.index()].fetch_add(1, Ordering::Relaxed);
-                Err(injected_error(op, paths, fault.errno()))
+        let Some(fault) = hit else {
+            return Ok(());
+        };
+        self.injected[op.index()].fetch_add(1, Ordering::Relaxed);
+        match fault {
+            Fault::NoSpace => Err(injected_error(op, paths, ENOSPC)),
+            Fault::Io => Err(injected_error(op, paths, EIO)),
+            Fault::Delay(d) => {
+                std::thread::sleep(d);
+                Ok(())
             }
         }
     }
@@ -587,6 +587,24 @@ mod tests {
             Error::Io { source, .. } => source.raw_os_error(),
             _ => None,
         }
+    }
+
+    #[test]
+    fn a_delay_slows_the_call_and_lets_it_through() {
+        let (fs, d) = setup();
+        let p = d.join("000003.sst");
+        let mut f = fs.create(&p, WriteHint::default()).unwrap();
+        f.append(b"abc").unwrap();
+        f.sync().unwrap();
+        let delay = std::time::Duration::from_millis(20);
+        let id = fs.add_rule(FaultRule::new(Op::Read).always().fault(Fault::Delay(delay)));
+        let r = fs.open(&p).unwrap();
+        let mut buf = [0u8; 3];
+        let t0 = std::time::Instant::now();
+        r.read_exact_at(0, &mut buf).unwrap();
+        assert!(t0.elapsed() >= delay);
+        assert_eq!(&buf, b"abc");
+        assert_eq!(fs.rule_fired(id), 1);
     }
 
     #[test]
