@@ -350,24 +350,40 @@ fn check(rig: &Rig, model: &Model, what: &str) {
         );
     }
     // No SST the version does not name (an evicted list whose edit never
-    // committed leaves its SSTs behind until open removes them).
-    let live: Vec<String> = rig
-        .db()
-        .property("tierkv.tables")
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| {
-            l.split_whitespace()
-                .nth(1)
-                .map(|id| id.trim_start_matches('#').to_string())
-        })
-        .collect();
-    for name in rig.fs.list(&dir()).expect("list") {
-        if let Some(n) = name.strip_suffix(".sst") {
-            let id = n.trim_start_matches('0');
-            assert!(live.iter().any(|l| l == id), "{what}: orphan {name}");
+    // committed leaves its SSTs behind until open removes them). A job
+    // running now may be writing its outputs, and the inputs of one just
+    // done may not be deleted yet: an orphan must outlive background work.
+    let orphans = || -> Vec<String> {
+        let live: Vec<String> = rig
+            .db()
+            .property("tierkv.tables")
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .map(|id| id.trim_start_matches('#').to_string())
+            })
+            .collect();
+        rig.fs
+            .list(&dir())
+            .expect("list")
+            .into_iter()
+            .filter(|name| {
+                name.strip_suffix(".sst")
+                    .is_some_and(|n| !live.iter().any(|l| l == n.trim_start_matches('0')))
+            })
+            .collect()
+    };
+    let mut left = orphans();
+    for _ in 0..3 {
+        if left.is_empty() {
+            break;
         }
+        rig.idle();
+        left = orphans();
     }
+    assert!(left.is_empty(), "{what}: orphans {left:?}");
 }
 
 /// Prepares a database once (`prepare`, then a clean close), and for
@@ -880,7 +896,15 @@ fn copy_forward() {
         compact_op(rig);
         rig.idle();
     };
-    let mem = |rig: &Rig, model: &mut Model| write(rig.db(), model, 0, 200);
+    // Overwrites spread over every flush of `prepare`, so that every run
+    // holding those keys is left partly dead however the background work
+    // laid the runs out (overwriting one flush's keys only could free a
+    // whole run that a copy-forward in `prepare` had left alone).
+    let mem = |rig: &Rig, model: &mut Model| {
+        for round in 0..7 {
+            write(rig.db(), model, round * 200, 60);
+        }
+    };
     let op = |rig: &Rig| {
         rig.db().flush().expect("flush");
         rig.db().compact_range(None, None).expect("compact");
