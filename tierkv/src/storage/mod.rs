@@ -140,6 +140,16 @@ pub trait RandomAccessFile: Send + Sync {
     /// Reads exactly `buf.len()` bytes at `offset`; a short file is an error
     /// (`Error::Corruption` naming the file and offset).
     fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()>;
+    /// Reads like [`read_exact_at`](Self::read_exact_at) only if no byte of
+    /// it waits for the device (all in the page cache): `true` when `buf`
+    /// holds them; `false` when the read would wait, and then `buf`'s
+    /// content is unspecified and the caller reads with `read_exact_at`
+    /// (which also reports errors: this one never does). The default
+    /// cannot tell and says the read would wait.
+    fn read_cached_at(&self, offset: u64, buf: &mut [u8]) -> bool {
+        let _ = (offset, buf);
+        false
+    }
     /// File size in bytes.
     fn len(&self) -> u64;
     /// True for an empty file.

@@ -71,6 +71,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use rustix::fs::{FlockOperation, Mode, OFlags};
@@ -412,6 +413,8 @@ struct PosixReadable {
     path: PathBuf,
     file: fs::File,
     len: u64,
+    /// False once the kernel refused `RWF_NOWAIT` for this file.
+    nowait: AtomicBool,
 }
 
 impl RandomAccessFile for PosixReadable {
@@ -438,6 +441,37 @@ impl RandomAccessFile for PosixReadable {
                 )
             }
         })
+    }
+
+    /// `preadv2` with `RWF_NOWAIT`: the kernel serves what the page cache
+    /// holds and answers `EAGAIN` rather than wait for the device.
+    fn read_cached_at(&self, offset: u64, buf: &mut [u8]) -> bool {
+        if !self.nowait.load(Ordering::Relaxed) {
+            return false;
+        }
+        let mut done = 0;
+        while done < buf.len() {
+            let mut slice = [io::IoSliceMut::new(&mut buf[done..])];
+            match rustix::io::preadv2(
+                &self.file,
+                &mut slice,
+                offset + done as u64,
+                rustix::io::ReadWriteFlags::NOWAIT,
+            ) {
+                Ok(0) => return false,
+                Ok(n) => done += n,
+                Err(Errno::INTR) => {}
+                Err(Errno::OPNOTSUPP | Errno::INVAL | Errno::NOSYS) => {
+                    self.nowait.store(false, Ordering::Relaxed);
+                    return false;
+                }
+                // EAGAIN: the rest would wait; anything else (a kernel or
+                // file system without the flag, an I/O error) is for the
+                // blocking read to meet and report.
+                Err(_) => return false,
+            }
+        }
+        true
     }
 
     fn len(&self) -> u64 {
@@ -472,6 +506,7 @@ impl FileSystem for PosixFs {
             path: path.to_path_buf(),
             file,
             len,
+            nowait: AtomicBool::new(true),
         }))
     }
 
@@ -569,6 +604,41 @@ mod tests {
         let mut v = vec![0; n];
         rand::rngs::SmallRng::seed_from_u64(seed).fill_bytes(&mut v);
         v
+    }
+
+    /// A cached read returns the bytes when the page cache holds them, and
+    /// says it would wait (never an error) past the end or once the pages
+    /// are dropped.
+    #[test]
+    fn cached_reads_never_wait_for_the_device() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = PosixFs::new();
+        let p = dir.path().join("000013.sst");
+        let data = pattern(64 << 10, 2);
+        let mut f = fs.create(&p, WriteHint::default()).unwrap();
+        f.append(&data).unwrap();
+        f.sync().unwrap();
+        drop(f);
+        let r = fs.open(&p).unwrap();
+        let mut buf = vec![0; 8192];
+        // Just written: in the page cache (unless the kernel refuses the
+        // flag on this file system, then always "would wait").
+        let supported = r.read_cached_at(4096, &mut buf);
+        if supported {
+            assert_eq!(buf, data[4096..4096 + 8192]);
+        }
+        assert!(!r.read_cached_at(data.len() as u64 - 10, &mut buf));
+        let mut exact = vec![0; 8192];
+        r.read_exact_at(4096, &mut exact).unwrap();
+        assert_eq!(exact, data[4096..4096 + 8192]);
+        // Clean pages dropped (a memory file system keeps them: they are
+        // its storage): the read would wait for the device.
+        let file = fs::File::open(&p).unwrap();
+        let on_tmpfs = rustix::fs::fstatfs(&file).unwrap().f_type == 0x0102_1994;
+        rustix::fs::fadvise(&file, 0, 0, rustix::fs::Advice::DontNeed).unwrap();
+        if supported && !on_tmpfs {
+            assert!(!r.read_cached_at(4096, &mut buf));
+        }
     }
 
     #[test]
