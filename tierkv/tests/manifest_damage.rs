@@ -4,6 +4,9 @@
 //! outcome must be an error naming the MANIFEST, or exactly the right
 //! data — never a database that silently misses keys.
 //!
+//! Every design runs it (its own records in the MANIFEST: PM structures,
+//! containers, RangeTab layouts, lists).
+//!
 //! Before the fix, 21 of 40 changes of a `classic` manifest opened without
 //! an error and lost up to 3,000 keys: the reader took a complete record
 //! failing its checksum for a torn tail.
@@ -159,6 +162,31 @@ fn classic_every_manifest_byte() {
 #[test]
 fn triangle_every_manifest_byte() {
     every_byte(Preset::Triangle);
+}
+
+#[test]
+fn matrix_every_manifest_byte() {
+    every_byte(Preset::Matrix);
+}
+
+#[test]
+fn rangetab_every_manifest_byte() {
+    every_byte(Preset::RangeTab);
+}
+
+#[test]
+fn nvcache_every_manifest_byte() {
+    every_byte(Preset::NvCache);
+}
+
+#[test]
+fn tlsm_every_manifest_byte() {
+    every_byte(Preset::Tlsm);
+}
+
+#[test]
+fn vlsm_every_manifest_byte() {
+    every_byte(Preset::Vlsm);
 }
 
 /// A torn last record (the manifest cut short, as a crash during an edit
