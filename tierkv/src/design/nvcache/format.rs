@@ -230,7 +230,11 @@ impl SegmentHeader {
             2 => SegmentKind::Arena,
             k => return Err(bad(at + 28, format!("unknown segment kind {k}"))),
         };
-        if pages == 0 || at / PAGE + pages > region.len() / PAGE {
+        if pages == 0
+            || (at / PAGE)
+                .checked_add(pages)
+                .is_none_or(|end| end > region.len() / PAGE)
+        {
             return Err(bad(at + 16, format!("{pages} pages do not fit the region")));
         }
         Ok(SegmentHeader {
@@ -668,6 +672,15 @@ mod tests {
         let big = SegmentHeader { pages: 9, ..h };
         r.write(4096, &big.encode()).unwrap();
         assert!(SegmentHeader::read(&r, 4096).unwrap_err().is_corruption());
+        // One whose end overflows (seen writing fuzz/fuzz_targets/nvcache.rs,
+        // which panics on such a header: the sum wrapped — a panic where
+        // overflow is checked; where it is not, a segment of 2^64 - 1 pages
+        // was accepted).
+        for pages in [u64::MAX, u64::MAX - 1] {
+            r.write(4096, &SegmentHeader { pages, ..h }.encode())
+                .unwrap();
+            assert!(SegmentHeader::read(&r, 4096).unwrap_err().is_corruption());
+        }
     }
 
     #[test]

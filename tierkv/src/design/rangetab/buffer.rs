@@ -280,7 +280,8 @@ impl Readers {
         let name = || format!("RangeTab {r} slot {slot} (table {})", meta.id);
         let base = page_offset(run.first);
         let start = base + DATA_START;
-        let end = start + meta.size_bytes;
+        // `size_bytes` is the MANIFEST's, any u64: saturate, never overflow.
+        let end = start.saturating_add(meta.size_bytes);
         if meta.size_bytes > layout.capacity_bytes || end > self.region.len() {
             return Err(Error::corruption(
                 self.region.name(),
@@ -420,5 +421,45 @@ mod tests {
         let mut torn = h;
         torn[30] ^= 1;
         assert_eq!(Mirror::decode(&torn), None);
+    }
+
+    /// A MANIFEST record whose used bytes overflow the buffer's offset is
+    /// corruption (found by fuzz/fuzz_targets/rangetab.rs: `start +
+    /// size_bytes` overflowed, a panic where overflow is checked).
+    #[test]
+    fn used_bytes_near_u64_max_are_corruption() {
+        use crate::design::rangetab::layout::Source;
+        use crate::stats::Tier;
+        use crate::storage::alloc::PageRun;
+        use crate::storage::sim::SimRegion;
+        use crate::version::edit::TableFormat;
+
+        let region: Arc<dyn PmRegion> = Arc::new(SimRegion::new(10 * 4096));
+        let readers = Readers::new(Arc::clone(&region), true, true);
+        readers.set_layout(Arc::new(Layout::new(
+            1,
+            4 * 4096 - DATA_START,
+            4,
+            vec![2, 6],
+            Source::Pending,
+            Vec::new(),
+        )));
+        for size_bytes in [u64::MAX, u64::MAX - 2 * 4096 - DATA_START + 1, 1 << 40] {
+            let meta = TableMeta {
+                id: 7,
+                tier: Tier::Pm,
+                format: TableFormat::RangeTab,
+                size_bytes,
+                smallest: Vec::new(),
+                largest: Vec::new(),
+                seq_min: 1,
+                seq_max: 1,
+                entries: 1,
+                deletions: 0,
+                pm_pages: vec![PageRun { first: 2, count: 4 }],
+            };
+            let e = readers.get(&meta).err().expect("a buffer beyond its run");
+            assert!(e.is_corruption(), "{e}");
+        }
     }
 }

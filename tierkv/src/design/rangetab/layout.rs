@@ -244,7 +244,9 @@ impl Layout {
         let buffer_pages = r.varint().ok_or_else(short)?;
         if buffer_pages == 0
             || capacity_bytes == 0
-            || super::buffer::DATA_START + capacity_bytes > buffer_pages.saturating_mul(4096)
+            || capacity_bytes
+                .checked_add(super::buffer::DATA_START)
+                .is_none_or(|b| b > buffer_pages.saturating_mul(4096))
         {
             return Err(bad(format!(
                 "layout: capacity {capacity_bytes} does not fit buffers of {buffer_pages} pages"
@@ -553,5 +555,18 @@ mod tests {
         e.push(0);
         assert!(Layout::decode(&e).unwrap_err().is_corruption());
         assert!(Layout::decode(&e[..5]).unwrap_err().is_corruption());
+    }
+
+    /// A capacity whose sum with the buffer header overflows does not fit
+    /// any buffer (found by fuzz/fuzz_targets/rangetab.rs: the sum wrapped
+    /// — a panic where overflow is checked, and where it is not a layout
+    /// of 1-page buffers with a capacity of ~2^64 bytes was accepted).
+    #[test]
+    fn capacity_near_u64_max_is_corruption() {
+        for capacity in [u64::MAX, u64::MAX - 63, u64::MAX - 100] {
+            let l = Layout::new(1, capacity, 1, vec![10, 11], Source::Pending, Vec::new());
+            let e = Layout::decode(&l.encode()).unwrap_err();
+            assert!(e.is_corruption(), "{e}");
+        }
     }
 }

@@ -1657,4 +1657,63 @@ mod tests {
             assert_eq!(list.get(b"small", 9).unwrap().unwrap().value, b"x");
         }
     }
+
+    /// `open` checks the upper links too (found by
+    /// fuzz/fuzz_targets/tlsm.rs): a list whose `next[l]` words were
+    /// damaged under a matching sentinel crc opened, and lookups, which
+    /// follow those links, then misread (a link into other bytes) or never
+    /// ended (a link back to its own node).
+    #[test]
+    fn open_checks_upper_links() {
+        use super::super::list::SkipList;
+        let sim = Arc::new(SimRegion::new(1 << 20));
+        let region: Arc<dyn PmRegion> = sim.clone();
+        let tier = Arc::new(PmTier::open(Arc::clone(&region), false).unwrap());
+        let mem = Arc::new(MemTable::new(0));
+        for i in 0..200u64 {
+            mem.add(i + 1, Kind::Put, format!("k{i:04}").as_bytes(), b"v");
+        }
+        let b = flush_list(
+            &FlushParams {
+                region: &region,
+                pages: &Alloc(tier),
+                id: 9,
+                layout: Layout::Full,
+                order: TlsmPersistOrder::Sound,
+            },
+            &mut mem.iter(),
+        )
+        .unwrap();
+        let list = SkipList::open(Arc::clone(&region), &b.meta, true, &Default::default()).unwrap();
+        assert_eq!(list.directory().node_runs.len(), 1);
+        let (head, sentinel) = (list.head(), list.sentinel());
+        let tall = list.next(head, 1).unwrap();
+        assert!(tall != 0 && tall != sentinel);
+        drop(list);
+        let word = |node: u64, l: u64| node + NODE_FIXED as u64 + 8 * l;
+        for (what, at, value) in [
+            ("the head's level-1 link cleared", word(head, 1), 0),
+            ("a level-1 link to its own node", word(tall, 1), tall),
+            (
+                "a level-1 link into a node's bytes",
+                word(tall, 1),
+                tall + 8,
+            ),
+        ] {
+            let old = sim.load_u64(at).unwrap();
+            sim.write(at, &value.to_le_bytes()).unwrap();
+            // The damage under a matching crc (a crc32c collision).
+            let crc = crc32c::crc32c(sim.slice(head, (sentinel - head) as usize).unwrap());
+            sim.write(sentinel + 12, &crc.to_le_bytes()).unwrap();
+            let e = SkipList::open(Arc::clone(&region), &b.meta, true, &Default::default())
+                .err()
+                .unwrap_or_else(|| panic!("{what}: the list opens"));
+            assert!(e.is_corruption(), "{what}: {e}");
+            assert!(e.to_string().contains("level-1 link"), "{what}: {e}");
+            sim.write(at, &old.to_le_bytes()).unwrap();
+        }
+        let crc = crc32c::crc32c(sim.slice(head, (sentinel - head) as usize).unwrap());
+        sim.write(sentinel + 12, &crc.to_le_bytes()).unwrap();
+        assert!(SkipList::open(region, &b.meta, true, &Default::default()).is_ok());
+    }
 }

@@ -594,9 +594,12 @@ impl Directory {
                 .iter()
                 .chain(data.iter().map(|d| &d.run))
                 .any(|r| r.count == 0)
-            || data
-                .windows(2)
-                .any(|w| w[0].run.first + w[0].run.count > w[1].run.first)
+            || data.windows(2).any(|w| {
+                w[0].run
+                    .first
+                    .checked_add(w[0].run.count)
+                    .is_none_or(|end| end > w[1].run.first)
+            })
         {
             return Err((
                 DIR_FIXED as u64,
@@ -827,5 +830,36 @@ mod tests {
             })
         );
         assert_eq!(unpack_run(0), None);
+    }
+
+    /// A data run whose end overflows is not sorted before the next one
+    /// (seen writing fuzz/fuzz_targets/tlsm.rs, which panics on such a
+    /// directory: the sum wrapped — a panic where overflow is checked;
+    /// where it is not, a directory of overlapping runs was accepted).
+    #[test]
+    fn directory_run_ends_never_overflow() {
+        let d = Directory {
+            entries: 1,
+            entry_bytes: 10,
+            node_runs: vec![PageRun { first: 5, count: 1 }],
+            data: vec![
+                DataRef {
+                    run: PageRun { first: 3, count: 1 },
+                    bytes: 5,
+                },
+                DataRef {
+                    run: PageRun {
+                        first: u64::MAX - 1,
+                        count: 5,
+                    },
+                    bytes: 5,
+                },
+                DataRef {
+                    run: PageRun { first: 4, count: 1 },
+                    bytes: 5,
+                },
+            ],
+        };
+        assert!(Directory::decode(&d.encode()).is_err());
     }
 }

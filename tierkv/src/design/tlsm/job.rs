@@ -369,7 +369,9 @@ impl BufferSource {
         let at = run.first * PAGE;
         let h = format::decode_buffer_header(b)
             .map_err(|(o, w)| Error::corruption(region.name(), at + o, w))?;
-        let end = format::BUFFER_HEADER_BYTES as u64 + h.entry_bytes;
+        // `entry_bytes` is any u64 a damaged header holds: saturate, never
+        // wrap (a wrapped end would slice backwards).
+        let end = (format::BUFFER_HEADER_BYTES as u64).saturating_add(h.entry_bytes);
         if end > b.len() as u64 {
             return Err(Error::corruption(
                 region.name(),
@@ -719,5 +721,34 @@ pub fn origin_of(kind: JobKind) -> Origin {
     match kind {
         JobKind::Merge => Origin::Compaction,
         JobKind::CopyForward => Origin::CopyForward,
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::storage::sim::SimRegion;
+
+    /// A buffer header whose entry bytes overflow the run's end is
+    /// corruption (seen writing fuzz/fuzz_targets/tlsm.rs, which panics on
+    /// such a header: the end wrapped below the header and the entries
+    /// were sliced backwards — a panic in every build).
+    #[test]
+    fn buffer_entry_bytes_near_u64_max_are_corruption() {
+        let sim = Arc::new(SimRegion::new(8 * 4096));
+        for entry_bytes in [u64::MAX, u64::MAX - 16, u64::MAX - 39] {
+            let h = format::encode_buffer_header(&format::BufferHeader {
+                id: 9,
+                entry_bytes,
+                entries_crc: 0,
+            });
+            sim.write(2 * 4096, &h).unwrap();
+            let region: Arc<dyn PmRegion> = sim.clone();
+            let e = BufferSource::open(region, PageRun { first: 2, count: 1 })
+                .err()
+                .unwrap();
+            assert!(e.is_corruption(), "{e}");
+        }
     }
 }
