@@ -226,7 +226,9 @@ impl Cluster {
                 &self.store,
             ])
             .arg("--dir")
-            .arg(&node.dir);
+            .arg(&node.dir)
+            // A node dies with this process, even when it is killed.
+            .args(["--parent-pid", &std::process::id().to_string()]);
         if let Some(pm) = &self.pm_base {
             cmd.arg("--pm-dir").arg(pm.join(format!("node{}", node.id)));
         }

@@ -79,6 +79,11 @@ enum Cmd {
         /// PM directory (PM designs), e.g. under /dev/shm.
         #[arg(long)]
         pm_dir: Option<PathBuf>,
+        /// Exit when this process is no longer the node's parent (set by
+        /// `cluster`, the bench and the tests: a node must not outlive the
+        /// process that started it, even when that one is killed).
+        #[arg(long)]
+        parent_pid: Option<u32>,
         #[command(flatten)]
         node: NodeFlags,
     },
@@ -105,6 +110,25 @@ enum Cmd {
     Bench(bench::BenchArgs),
 }
 
+/// Exits the process once `pid` is no longer its parent (the parent died
+/// and the node was re-parented), checked every 200 ms from a thread of
+/// its own. The exit is a crash as far as the store is concerned: nothing
+/// acknowledged depends on a clean close.
+fn exit_with_parent(pid: u32) -> Result<(), String> {
+    let watch = move || loop {
+        if std::os::unix::process::parent_id() != pid {
+            eprintln!("tierkv-raft: parent process {pid} is gone; exiting");
+            std::process::exit(1);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    std::thread::Builder::new()
+        .name("parent-watch".into())
+        .spawn(watch)
+        .map(drop)
+        .map_err(|e| format!("parent watch thread: {e}"))
+}
+
 fn main() {
     let cli = Cli::parse();
     let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -120,7 +144,10 @@ fn main() {
     };
     let res = rt.block_on(async move {
         match cli.cmd {
-            Cmd::Serve { id, addr, dir, pm_dir, node } => {
+            Cmd::Serve { id, addr, dir, pm_dir, parent_pid, node } => {
+                if let Some(pid) = parent_pid {
+                    exit_with_parent(pid)?;
+                }
                 let mut kv = KvConfig::new(Backend::parse(&node.store)?, dir);
                 kv.pm_dir = pm_dir;
                 kv.pm_size_bytes = node.pm_size;
