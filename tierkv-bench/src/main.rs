@@ -182,6 +182,10 @@ struct BenchArgs {
     /// Background flush and compaction threads.
     #[arg(long = "max_background_jobs", default_value_t = 2)]
     max_background_jobs: usize,
+    /// Parts one merge may be cut into, every engine (`max_subcompactions`);
+    /// 0: each engine's default (tierkv: `--max_background_jobs`; RocksDB: 1).
+    #[arg(long = "subcompactions", default_value_t = 0)]
+    subcompactions: usize,
     /// Block cache bytes.
     #[arg(long = "cache_size", default_value_t = 8 << 20)]
     cache_size: u64,
@@ -424,6 +428,7 @@ fn plan_from(args: &BenchArgs, configs: Vec<Config>, default_scale: Scale) -> Re
             .unwrap_or(scale.level_multiplier())
             .max(2),
         background_jobs: args.max_background_jobs.max(1),
+        subcompactions: args.subcompactions,
         block_cache_bytes: args.cache_size,
         bloom_bits: args.bloom_bits,
         l0_triggers: (

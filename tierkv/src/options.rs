@@ -187,6 +187,15 @@ pub struct Options {
     pub write_pacing: bool,
     /// Background threads for flushes and compactions (`max_background_jobs`).
     pub background_threads: usize,
+    /// Threads one merge into the SSD levels may use (RocksDB's
+    /// `max_subcompactions`): a merge whose inputs hold at least two
+    /// output tables' worth of bytes is cut by key into up to this many
+    /// parts of about equal bytes, merged side by side, their outputs
+    /// listed in one edit. 0 (the default) = `background_threads`: with
+    /// one flush thread and one compaction thread, the second core that
+    /// the flush thread leaves idle between flushes does merge work
+    /// (RocksDB's default is 1). 1: every merge on its own thread only.
+    pub max_subcompactions: usize,
     /// Niceness added to the background threads (and the threads they
     /// start: subcompactions, collectors, side merges), 0..=19; 0 (the
     /// default, as RocksDB's) leaves them at the process's priority.
@@ -422,6 +431,7 @@ impl Default for Options {
             delayed_write_rate_bytes_per_sec: 16 << 20,
             write_pacing: true,
             background_threads: 2,
+            max_subcompactions: 0,
             background_nice: 0,
             background_io_autotune: true,
             block_cache_bytes: 8 << 20,
@@ -488,6 +498,7 @@ impl fmt::Debug for Options {
             .field("l0_slowdown_trigger", &self.l0_slowdown_trigger)
             .field("l0_stop_trigger", &self.l0_stop_trigger)
             .field("background_threads", &self.background_threads)
+            .field("max_subcompactions", &self.max_subcompactions)
             .field("background_nice", &self.background_nice)
             .field("background_io_autotune", &self.background_io_autotune)
             .field("vsst", &self.vsst)
@@ -586,6 +597,16 @@ impl Options {
         }
     }
 
+    /// The parts one merge may be cut into (`max_subcompactions`; 0 =
+    /// `background_threads`).
+    pub fn subcompactions(&self) -> usize {
+        match self.max_subcompactions {
+            0 => self.background_threads,
+            n => n,
+        }
+        .max(1)
+    }
+
     /// Where the WAL goes once defaults are applied.
     pub fn wal_placement(&self) -> WalPlacement {
         self.wal.unwrap_or(if self.has_pm() {
@@ -671,6 +692,12 @@ impl Options {
             return bad(format!(
                 "`background_threads` = {} must be between 1 and 64",
                 self.background_threads
+            ));
+        }
+        if self.max_subcompactions > 64 {
+            return bad(format!(
+                "`max_subcompactions` = {} must be at most 64 (0: `background_threads`)",
+                self.max_subcompactions
             ));
         }
         if !(0..=19).contains(&self.background_nice) {

@@ -314,6 +314,9 @@ pub struct EngineSetup {
     pub level_multiplier: u64,
     /// Background flush + compaction threads (`max_background_jobs`).
     pub background_jobs: usize,
+    /// Parts one merge may be cut into (`max_subcompactions`); 0: each
+    /// engine's default (tierkv: its background threads; RocksDB: 1).
+    pub subcompactions: usize,
     /// Block cache (`cache_size`).
     pub block_cache_bytes: u64,
     /// Bloom filter bits per key (0 = none).
@@ -372,6 +375,7 @@ impl EngineSetup {
             l1_size_bytes: 256 << 20,
             level_multiplier: 10,
             background_jobs: 2,
+            subcompactions: 0,
             block_cache_bytes: 8 << 20,
             bloom_bits: 10,
             l0_triggers: (4, 20, 36),

@@ -109,6 +109,9 @@ impl RocksEngine {
         opts.set_max_bytes_for_level_base(setup.l1_size_bytes);
         opts.set_max_bytes_for_level_multiplier(setup.level_multiplier as f64);
         opts.set_max_background_jobs(setup.background_jobs as i32);
+        if setup.subcompactions > 0 {
+            opts.set_max_subcompactions(setup.subcompactions as u32);
+        }
         opts.set_level_zero_file_num_compaction_trigger(setup.l0_triggers.0 as i32);
         opts.set_level_zero_slowdown_writes_trigger(setup.l0_triggers.1 as i32);
         opts.set_level_zero_stop_writes_trigger(setup.l0_triggers.2 as i32);

@@ -45,6 +45,7 @@ pub fn options_for(preset: Preset, setup: &EngineSetup) -> Options {
         l0_stop_trigger: setup.l0_triggers.2,
         delayed_write_rate_bytes_per_sec: setup.delayed_write_rate_bytes_per_sec,
         background_threads: setup.background_jobs,
+        max_subcompactions: setup.subcompactions,
         block_cache_bytes: setup.block_cache_bytes as usize,
         bloom_bits_per_key: setup.bloom_bits as usize,
         use_direct_io_for_flush_and_compaction: setup.direct_io,
@@ -118,6 +119,9 @@ pub enum Knob {
     /// `nice=`: the background threads' added niceness, 0..=19
     /// (`Options::background_nice`, default 0).
     Nice(u64),
+    /// `sub=`: parts one merge may be cut into (`Options::max_subcompactions`,
+    /// default the background threads; `sub=1`: none).
+    Subcompactions(u64),
     /// `iotune=0|1`: the background write limiter tuned to foreground
     /// reads off or on (`Options::background_io_autotune`, default on).
     IoTune(bool),
@@ -210,6 +214,12 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
             }
             "limit" => Knob::ContainerLimit(n),
             "k" if n >= 1 => Knob::Collectors(n),
+            "sub" if (1..=64).contains(&n) => Knob::Subcompactions(n),
+            "sub" => {
+                return Err(Error::Usage(format!(
+                    "knob `{part}` of `{spec}`: sub is 1..=64"
+                )))
+            }
             "pace" if n <= 1 => Knob::Pacing(n == 1),
             "iotune" if n <= 1 => Knob::IoTune(n == 1),
             "nice" if n <= 19 => Knob::Nice(n),
@@ -254,7 +264,7 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
             }
             _ => {
                 return Err(Error::Usage(format!(
-                    "unknown knob `{name}` in `{spec}`; knobs: mem, sst, phi, f, l0, batch, l1, regions, hints, limit, k, pace, nice, iotune, rt, cap, prefix, quantiles, hash, faithful, cache, pmlv, seg, tbl, relink, entry, copy, paper, vsst"
+                    "unknown knob `{name}` in `{spec}`; knobs: mem, sst, phi, f, l0, batch, l1, regions, hints, limit, k, sub, pace, nice, iotune, rt, cap, prefix, quantiles, hash, faithful, cache, pmlv, seg, tbl, relink, entry, copy, paper, vsst"
                 )))
             }
         });
@@ -282,6 +292,7 @@ pub fn options_for_spec(preset: Preset, spec: &str, setup: &EngineSetup) -> Resu
             | Knob::Hints(_)
             | Knob::ContainerLimit(_)
             | Knob::Collectors(_)
+            | Knob::Subcompactions(_)
             | Knob::Pacing(_)
             | Knob::Nice(_)
             | Knob::IoTune(_)
@@ -312,6 +323,7 @@ pub fn options_for_spec(preset: Preset, spec: &str, setup: &EngineSetup) -> Resu
             Knob::Hints(on) => o.pm_hints = on,
             Knob::ContainerLimit(n) => o.pm_container_limit_bytes = n,
             Knob::Collectors(n) => o.pm_collector_threads = n as usize,
+            Knob::Subcompactions(n) => o.max_subcompactions = n as usize,
             Knob::Pacing(on) => o.write_pacing = on,
             Knob::Nice(n) => o.background_nice = n as i32,
             Knob::IoTune(on) => o.background_io_autotune = on,

@@ -14,11 +14,11 @@ use std::sync::Arc;
 use crate::compaction::{
     merge_to_ssts, merge_to_ssts_with, Cutter, JobEnv, OutputSpec, MAX_GRANDPARENT_OVERLAP_FACTOR,
 };
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::iter::{InternalIterator, MergingIterator};
 use crate::key;
 use crate::memtable::MemTable;
-use crate::version::edit::VersionEdit;
+use crate::version::edit::{TableMeta, VersionEdit};
 use crate::version::{table_iter, LevelIterator, TableHandle, Version};
 
 use super::{JobOutput, LevelTargets, Task, TaskKind};
@@ -192,7 +192,10 @@ pub fn pick_manual_range(
 }
 
 /// Runs a merge-and-copy task (or a trivial move) into SSTs of
-/// `target_size_bytes` at the task's output level.
+/// `target_size_bytes` at the task's output level — cut into
+/// subcompactions ([`subcompaction_cuts`]) when the options allow more
+/// than one and no explicit cutter is given (a cutter is one policy over
+/// the whole output).
 pub fn run_merge(env: &JobEnv, task: &Task, target_size_bytes: u64) -> Result<JobOutput> {
     run_merge_with(env, task, target_size_bytes, None)
 }
@@ -226,18 +229,6 @@ pub fn run_merge_with(
             written: Default::default(),
         });
     }
-    let mut children: Vec<Box<dyn InternalIterator>> = Vec::new();
-    for (level, tables) in &task.inputs {
-        if tables.is_empty() {
-            continue;
-        }
-        if *level == 0 {
-            children.extend(tables.iter().map(|t| table_iter(t, false)));
-        } else {
-            children.push(Box::new(LevelIterator::new(tables.clone(), false)));
-        }
-    }
-    let mut merged = MergingIterator::new(children);
     let spec = OutputSpec {
         level: task.output_level,
         target_size_bytes,
@@ -245,8 +236,15 @@ pub fn run_merge_with(
         may_drop_tombstones: true,
     };
     let outputs = match cutter {
-        Some(c) => merge_to_ssts_with(env, &mut merged, &spec, c)?,
-        None => merge_to_ssts(env, &mut merged, &spec)?,
+        Some(c) => merge_to_ssts_with(env, &mut merged_inputs(task), &spec, c)?,
+        None => {
+            let cuts = subcompaction_cuts(task, env.opts.subcompactions(), target_size_bytes);
+            if cuts.is_empty() {
+                merge_to_ssts(env, &mut merged_inputs(task), &spec)?
+            } else {
+                merge_parts(env, task, &spec, &cuts)?
+            }
+        }
     };
     let written = super::Written::ssd_tables(&outputs);
     for m in outputs {
@@ -308,4 +306,351 @@ pub fn overlaps_any(tables: &[&Arc<TableHandle>], lo: &[u8], hi: &[u8]) -> bool 
 pub fn sorted_by_key(mut tables: Vec<Arc<TableHandle>>) -> Vec<Arc<TableHandle>> {
     tables.sort_by(|a, b| a.smallest_user_key().cmp(b.smallest_user_key()));
     tables
+}
+
+/// The merged stream of every input of `task`, from its first key.
+fn merged_inputs(task: &Task) -> MergingIterator {
+    let mut children: Vec<Box<dyn InternalIterator>> = Vec::new();
+    for (level, tables) in &task.inputs {
+        if tables.is_empty() {
+            continue;
+        }
+        if *level == 0 {
+            children.extend(tables.iter().map(|t| table_iter(t, false)));
+        } else {
+            children.push(Box::new(LevelIterator::new(tables.clone(), false)));
+        }
+    }
+    MergingIterator::new(children)
+}
+
+/// The user keys at which a merge is cut into subcompactions: at most
+/// `k − 1` of them, none if `k` is 1 or the inputs hold less than two
+/// output tables (`target_size_bytes`) — threads for small merges cost
+/// more than they give.
+///
+/// The cuts are the first keys of tables of the sorted input level (≥ 1)
+/// with the most tables, chosen so that the parts hold about equal bytes
+/// of it; the other inputs (L0 tables, a PM design's buffers: each one
+/// spanning much of the range) are taken to spread as that level does.
+/// Every version of a user key falls in one part, so the dropping rules
+/// see them together, and the parts' outputs, in order, are one sorted
+/// run: the edit lists them as one merge's.
+pub fn subcompaction_cuts(task: &Task, k: usize, target_size_bytes: u64) -> Vec<Vec<u8>> {
+    let total: u64 = task
+        .inputs
+        .iter()
+        .flat_map(|(_, ts)| ts.iter())
+        .map(|t| t.meta.size_bytes)
+        .sum();
+    let parts = (total / target_size_bytes.max(1)).min(k as u64) as usize;
+    if parts < 2 {
+        return Vec::new();
+    }
+    let Some(run) = task
+        .inputs
+        .iter()
+        .filter(|(level, ts)| *level >= 1 && ts.len() >= 2)
+        .max_by_key(|(_, ts)| ts.len())
+        .map(|(_, ts)| ts)
+    else {
+        return Vec::new();
+    };
+    let run_bytes: u64 = run.iter().map(|t| t.meta.size_bytes).sum();
+    let mut cuts: Vec<Vec<u8>> = Vec::with_capacity(parts - 1);
+    let mut acc = 0u64;
+    for (i, t) in run.iter().enumerate() {
+        // Cut before `t` once the tables before it hold the next share.
+        let share = run_bytes as u128 * (cuts.len() as u128 + 1) / parts as u128;
+        if i > 0 && u128::from(acc) >= share && cuts.len() + 1 < parts {
+            let key = t.smallest_user_key();
+            if cuts.last().is_none_or(|c| c.as_slice() < key) {
+                cuts.push(key.to_vec());
+            }
+        }
+        acc += t.meta.size_bytes;
+    }
+    cuts
+}
+
+/// One part of a merge: the entries of `inner` whose user keys lie in
+/// `[lo, hi)` (`None`: unbounded). Forward only, as a merge reads it:
+/// `seek_to_last` and `prev` leave it invalid.
+struct Part {
+    inner: MergingIterator,
+    lo: Option<Vec<u8>>,
+    hi: Option<Vec<u8>>,
+    stopped: bool,
+}
+
+impl Part {
+    fn new(inner: MergingIterator, lo: Option<Vec<u8>>, hi: Option<Vec<u8>>) -> Part {
+        Part {
+            inner,
+            lo,
+            hi,
+            stopped: false,
+        }
+    }
+}
+
+impl InternalIterator for Part {
+    fn valid(&self) -> bool {
+        !self.stopped
+            && self.inner.valid()
+            && self
+                .hi
+                .as_deref()
+                .is_none_or(|h| key::user_key(self.inner.key()) < h)
+    }
+    fn seek_to_first(&mut self) {
+        self.stopped = false;
+        match &self.lo {
+            Some(lo) => self.inner.seek(&key::seek_key(lo, key::MAX_SEQNO)),
+            None => self.inner.seek_to_first(),
+        }
+    }
+    fn seek_to_last(&mut self) {
+        self.stopped = true;
+    }
+    fn seek(&mut self, target: &[u8]) {
+        match &self.lo {
+            Some(lo) if key::user_key(target) < lo.as_slice() => self.seek_to_first(),
+            _ => {
+                self.stopped = false;
+                self.inner.seek(target);
+            }
+        }
+    }
+    fn next(&mut self) {
+        self.inner.next();
+    }
+    fn prev(&mut self) {
+        self.stopped = true;
+    }
+    fn key(&self) -> &[u8] {
+        self.inner.key()
+    }
+    fn value(&self) -> &[u8] {
+        self.inner.value()
+    }
+    fn status(&self) -> Result<()> {
+        self.inner.status()
+    }
+}
+
+/// Runs `task`'s merge as subcompactions cut at `cuts`, each part on a
+/// thread of its own (each with its own cutter and output tables); the
+/// outputs in key order. On any part's failure every output is removed.
+fn merge_parts(
+    env: &JobEnv,
+    task: &Task,
+    spec: &OutputSpec,
+    cuts: &[Vec<u8>],
+) -> Result<Vec<TableMeta>> {
+    let mut bounds: Vec<(Option<Vec<u8>>, Option<Vec<u8>>)> = Vec::with_capacity(cuts.len() + 1);
+    let mut lo: Option<Vec<u8>> = None;
+    for c in cuts {
+        bounds.push((lo.replace(c.clone()), Some(c.clone())));
+    }
+    bounds.push((lo, None));
+    let results: Vec<Result<Vec<TableMeta>>> = std::thread::scope(|sc| {
+        let handles: Vec<_> = bounds
+            .into_iter()
+            .map(|(lo, hi)| {
+                sc.spawn(move || {
+                    crate::storage::limiter::mark_background();
+                    let mut part = Part::new(merged_inputs(task), lo, hi);
+                    merge_to_ssts(env, &mut part, spec)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(Error::InvalidArgument(
+                        "a subcompaction thread panicked".into(),
+                    ))
+                })
+            })
+            .collect()
+    });
+    let mut outputs: Vec<TableMeta> = Vec::new();
+    let mut first_err: Option<Error> = None;
+    for r in results {
+        match r {
+            Ok(ms) => outputs.extend(ms),
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(e) = first_err {
+        for m in &outputs {
+            let _ = env
+                .fs
+                .remove(&env.dir.join(crate::sst::sst_file_name(m.id)));
+        }
+        return Err(e);
+    }
+    Ok(outputs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key::{make_internal_key, Kind};
+    use crate::sst::TableCounters;
+    use crate::stats::Tier;
+    use crate::storage::mem::MemFs;
+    use crate::version::edit::TableFormat;
+    use crate::version::TableContext;
+    use crate::{Db, Options, ReadOptions};
+    use std::path::PathBuf;
+
+    fn table(id: u64, lo: &str, hi: &str, size: u64) -> Arc<TableHandle> {
+        let ctx = Arc::new(TableContext::new(
+            Arc::new(MemFs::new()),
+            PathBuf::from("/t"),
+            None,
+            TableCounters::default(),
+            true,
+        ));
+        TableHandle::new(
+            TableMeta {
+                id,
+                tier: Tier::Ssd,
+                format: TableFormat::Sst,
+                size_bytes: size,
+                smallest: make_internal_key(lo.as_bytes(), 1, Kind::Put),
+                largest: make_internal_key(hi.as_bytes(), 1, Kind::Put),
+                seq_min: 1,
+                seq_max: 1,
+                entries: 1,
+                deletions: 0,
+                pm_pages: Vec::new(),
+            },
+            ctx,
+        )
+    }
+
+    /// One wide table above eight of 10 bytes each: "b0".."b7" below.
+    fn task() -> Task {
+        let below: Vec<_> = (0..8u64)
+            .map(|i| table(10 + i, &format!("b{i}0"), &format!("b{i}9"), 10))
+            .collect();
+        Task::new(
+            TaskKind::LEVELED,
+            vec![(1, vec![table(1, "a", "z", 10)]), (2, below)],
+            2,
+        )
+    }
+
+    fn strs(cuts: &[Vec<u8>]) -> Vec<&str> {
+        cuts.iter()
+            .map(|c| std::str::from_utf8(c).unwrap_or("?"))
+            .collect()
+    }
+
+    #[test]
+    fn cuts_split_the_level_with_most_tables_into_equal_bytes() {
+        assert_eq!(strs(&subcompaction_cuts(&task(), 2, 10)), ["b40"]);
+        assert_eq!(
+            strs(&subcompaction_cuts(&task(), 4, 10)),
+            ["b20", "b40", "b60"]
+        );
+        // At most one part per table of the cut level (8), and per
+        // output table's worth of input (90 bytes / 30).
+        assert_eq!(subcompaction_cuts(&task(), 64, 10).len(), 7);
+        assert_eq!(strs(&subcompaction_cuts(&task(), 4, 30)), ["b30", "b60"]);
+    }
+
+    #[test]
+    fn small_or_unsplittable_merges_stay_whole() {
+        assert!(subcompaction_cuts(&task(), 1, 10).is_empty(), "k = 1");
+        assert!(
+            subcompaction_cuts(&task(), 4, 50).is_empty(),
+            "less than two output tables of input"
+        );
+        let l0 = Task::new(
+            TaskKind::LEVELED,
+            vec![
+                (0, vec![table(1, "a", "z", 100), table(2, "a", "z", 100)]),
+                (1, vec![table(3, "a", "z", 100)]),
+            ],
+            1,
+        );
+        assert!(
+            subcompaction_cuts(&l0, 4, 10).is_empty(),
+            "no sorted input level with two tables to cut at"
+        );
+    }
+
+    /// Everything `db` holds at `snapshot` (or now), in order.
+    fn contents(db: &Db, snapshot: Option<&crate::Snapshot>) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let opts = ReadOptions {
+            snapshot: snapshot.cloned(),
+            ..ReadOptions::default()
+        };
+        let mut it = db.iter(opts).unwrap_or_else(|e| panic!("iter: {e}"));
+        it.seek_to_first();
+        let mut out = Vec::new();
+        while it.valid() {
+            out.push((it.key().to_vec(), it.value().to_vec()));
+            it.next();
+        }
+        it.status().unwrap_or_else(|e| panic!("scan: {e}"));
+        out
+    }
+
+    /// The same writes, compacted with one part and with four, read the
+    /// same now and at a snapshot taken halfway (versions a live snapshot
+    /// sees survive whichever part they fall in; tombstones go).
+    #[test]
+    fn subcompactions_keep_exactly_what_one_merge_keeps() {
+        let run = |sub: usize| {
+            let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+            let opts = Options {
+                memtable_size_bytes: 256 << 10,
+                sst_size_bytes: 64 << 10,
+                l1_size_bytes: 256 << 10,
+                max_subcompactions: sub,
+                ..Options::default()
+            };
+            let db = Db::open(dir.path(), opts).unwrap_or_else(|e| panic!("open: {e}"));
+            let mut x = 0x2545_f491_4f6c_dd1du64;
+            let mut next = || {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x
+            };
+            for i in 0..20000u64 {
+                let k = format!("key{:05}", next() % 8000);
+                db.put(k.as_bytes(), format!("v{i:07}").repeat(12).as_bytes())
+                    .unwrap_or_else(|e| panic!("put: {e}"));
+            }
+            let snap = db.snapshot();
+            for i in 0..20000u64 {
+                let k = format!("key{:05}", next() % 8000);
+                if i % 3 == 0 {
+                    db.delete(k.as_bytes())
+                } else {
+                    db.put(k.as_bytes(), format!("w{i:07}").repeat(12).as_bytes())
+                }
+                .unwrap_or_else(|e| panic!("write: {e}"));
+            }
+            db.compact_range(None, None)
+                .unwrap_or_else(|e| panic!("compact: {e}"));
+            let now = contents(&db, None);
+            let then = contents(&db, Some(&snap));
+            drop(snap);
+            db.close().unwrap_or_else(|e| panic!("close: {e}"));
+            (now, then)
+        };
+        let one = run(1);
+        assert!(!one.0.is_empty() && !one.1.is_empty());
+        assert_eq!(run(4), one);
+    }
 }
