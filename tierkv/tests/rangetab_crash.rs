@@ -1,8 +1,8 @@
 //! Crash tests of `rangetab` (RangeKV): cut the power at every durability
 //! point — every PM persist of the simulated region and every sync of the
 //! crashable file system, counted together in the order they happen — of
-//! a flush into the RangeTabs (appends; a flush that seals a full buffer
-//! and switches to its sibling; an exclusive flush that merges a RangeTab
+//! a flush into the RangeTabs (appends; a flush that fills a buffer,
+//! seals it and spills into its sibling; an exclusive flush that merges a RangeTab
 //! and an oversized part into L1), of a seal + merge (`compact_range`),
 //! and of the first open (the buffers' allocation), then reopen on what
 //! was durable and check that the database holds every acknowledged write
@@ -268,7 +268,8 @@ fn flush_appends_chunks() {
 #[test]
 fn flush_seals_a_full_buffer_and_switches() {
     // RangeTab 0 holds about 30 KiB; 120 more writes to it do not fit its
-    // 48 KiB write buffer, which is sealed; the part goes to its sibling.
+    // 48 KiB write buffer: their older entries fill it (a spill), it is
+    // sealed, and the rest goes to its sibling.
     let p = Prep {
         capacity: 48 << 10,
         rounds: 3,
@@ -282,6 +283,11 @@ fn flush_seals_a_full_buffer_and_switches() {
     assert!(
         gauge(rig.db(), "rangetab.seals") > seals,
         "the flush sealed no buffer"
+    );
+    assert_eq!(
+        gauge(rig.db(), "rangetab.spills"),
+        1,
+        "the flush did not spill"
     );
     drop(rig);
     every_crash_point(&p, "rangetab flush with a seal", &|db| {

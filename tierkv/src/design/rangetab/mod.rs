@@ -15,9 +15,11 @@
 //!   state init, write or sealed (the paper's compaction state).
 //! * **Flush** (§III-B): an immutable memtable is cut by the boundaries;
 //!   each part is appended to its RangeTab's write buffer as one sorted,
-//!   checksummed chunk ([`chunk`]). A buffer that cannot take the part is
-//!   sealed and its init sibling becomes the write buffer; a buffer past β
-//!   after the append is sealed too. Every append re-lists the buffer
+//!   checksummed chunk ([`chunk`]). A part the write buffer cannot take
+//!   *spills* (below): its older entries fill the buffer, which is sealed,
+//!   and the rest go to the init sibling, which becomes the write buffer
+//!   (a buffer with less than 1/32 of its capacity left is sealed without
+//!   a chunk instead); a buffer past β after the append is sealed too. Every append re-lists the buffer
 //!   under a new table id (version invariant 5), so an append racing a
 //!   merge of the old id fails loudly instead of losing data; sealing and
 //!   merging are edits of per-buffer state records.
@@ -64,6 +66,21 @@
 //! that RangeTab's buffers and the part straight into L1 — an
 //! *exclusive* flush: it waits for running jobs to end, new jobs give
 //! their task up, and nothing is picked until its edit is applied.
+//!
+//! # Spills
+//!
+//! Without them a part that does not fit the write buffer's room seals
+//! the buffer as it is: at `medium` (two RangeTabs of ~63 MiB, parts of
+//! ~32 MiB) every buffer went to its merge about half full. A spill cuts
+//! the part by seqno, not by key: the sealed buffer then holds only
+//! entries older than every entry of its sibling, so a RangeTab's buffers
+//! keep disjoint seqno ranges (version invariant 1), readers still meet
+//! every key's newest version in the younger buffer first, and the older
+//! buffer merges into L1 before (or with) the younger one, as the
+//! picker's age order requires. Both chunks and both headers are
+//! persisted before the flush's one edit, as for any flush. This is the
+//! spec's "a flush's data for one RangeTab may span several chunks
+//! across a seal" (liveness hole (c)).
 //!
 //! # Crash consistency (docs/format/pm.md "RangeTab")
 //!
@@ -132,6 +149,11 @@ use picker::{MergePlan, Thresholds, MERGE_KINDS};
 use view::L0View;
 
 pub use layout::MAX_RANGETABS;
+
+/// A flush spills a part into a write buffer's remaining room only if
+/// that room is at least 1/this of the capacity (a smaller piece would
+/// cost a chunk header and a hash index for little data).
+const MIN_SPILL_FRACTION: u64 = 32;
 
 /// Smallest buffer capacity accepted.
 pub const MIN_CAPACITY_BYTES: u64 = 16 << 10;
@@ -387,6 +409,10 @@ enum Dest {
     /// Append to this slot (the write buffer, or an init buffer that
     /// becomes it); seal the other slot first if `seal`.
     Slot { slot: u8, seal: Option<u8> },
+    /// The part overflows the write buffer `write`: its older entries
+    /// fill `write`, which is sealed, the rest go to the init buffer
+    /// `init` (module docs, "Spills").
+    Spill { write: u8, init: u8 },
     /// Merge the RangeTab and its part into L1 (an exclusive flush).
     L1,
 }
@@ -400,6 +426,7 @@ struct Counters {
     flush_wait_us: AtomicU64,
     exclusive_flushes: AtomicU64,
     chunks: AtomicU64,
+    spills: AtomicU64,
 }
 
 /// Everything the design, its table opener and its level views share.
@@ -706,6 +733,61 @@ fn appended_meta(
     }
 }
 
+/// One chunk a flush wrote, and what it does to the buffers' states.
+struct Piece {
+    r: u32,
+    slot: u8,
+    /// Seal the other buffer of `r` (the part did not fit it).
+    seal_other: Option<u8>,
+    /// Seal this buffer (a spill filled it).
+    seal_self: bool,
+    cs: ChunkSummary,
+}
+
+/// A spill's cut of the part `[lo, hi)` of `mem`: the sizes of its older
+/// entries — by seqno, as many as fit `room` bytes — and of the rest, and
+/// the largest seqno of the older ones. Cutting by seqno keeps a
+/// RangeTab's buffers in disjoint seqno ranges (the older buffer holds
+/// only older entries), so readers probing the younger buffer first still
+/// meet every key's newest version first (version.rs invariant 1).
+fn spill_split(
+    mem: &Arc<MemTable>,
+    lo: Option<&[u8]>,
+    hi: Option<&[u8]>,
+    room: u64,
+) -> (Size, Size, u64) {
+    let mut entries: Vec<(u64, u32, u32)> = Vec::new();
+    let mut it = mem.iter();
+    match lo {
+        Some(l) => it.seek(&key::seek_key(l, key::MAX_SEQNO)),
+        None => it.seek_to_first(),
+    }
+    while it.valid() && hi.is_none_or(|h| key::user_key(it.key()) < h) {
+        let seq = key::parse_internal_key(it.key()).map_or(0, |p| p.seq);
+        entries.push((seq, it.key().len() as u32, it.value().len() as u32));
+        it.next();
+    }
+    entries.sort_unstable_by_key(|e| e.0);
+    let mut older = Size::default();
+    let mut newer = Size::default();
+    let mut through = 0;
+    let mut full = false;
+    for &(seq, k, v) in &entries {
+        if !full {
+            let mut grown = older;
+            grown.add(k as usize, v as usize);
+            if grown.footprint() <= room {
+                older = grown;
+                through = seq;
+                continue;
+            }
+            full = true;
+        }
+        newer.add(k as usize, v as usize);
+    }
+    (older, newer, through)
+}
+
 /// What a flush's chunk added to its buffer.
 struct ChunkSummary {
     chunk: Arc<chunk::Chunk>,
@@ -965,12 +1047,18 @@ impl RangeTab {
                 let free = rt.pair(r).into_iter().find(|b| {
                     b.rec.state == State::Init && self.s.unreferenced(rt.layout.run(b.r, b.slot))
                 });
-                match free {
-                    Some(i) => Dest::Slot {
+                match (free, w) {
+                    (Some(i), Some(w)) if cap - w.used() >= cap / MIN_SPILL_FRACTION => {
+                        Dest::Spill {
+                            write: w.slot,
+                            init: i.slot,
+                        }
+                    }
+                    (Some(i), w) => Dest::Slot {
                         slot: i.slot,
                         seal: w.map(|w| w.slot),
                     },
-                    None => Dest::L1,
+                    (None, _) => Dest::L1,
                 }
             })
             .collect()
@@ -1006,74 +1094,115 @@ impl RangeTab {
         let cap = layout.capacity_bytes;
         let mut written = Written::default();
 
-        // Appends, one chunk per RangeTab part, streamed from the memtable.
+        // Appends, one chunk per RangeTab part (two for a spill), streamed
+        // from the memtable.
         let region = &self.s.region;
         let gauge = Arc::clone(self.s.readers.gauge());
-        let mut built: Vec<(u32, u8, ChunkSummary)> = Vec::new();
+        let mut built: Vec<Piece> = Vec::new();
         let mut it = mem.iter();
         it.seek_to_first();
         for (&(r, size), dest) in parts.iter().zip(&dests) {
             let (lo, hi) = layout.range(r);
-            let Dest::Slot { slot, .. } = *dest else {
-                // Skip the part (an exclusive merge takes it below).
-                while it.valid() && hi.is_none_or(|h| key::user_key(it.key()) < h) {
-                    it.next();
-                }
-                continue;
-            };
             debug_assert!(
                 !it.valid() || lo.is_none_or(|l| key::user_key(it.key()) >= l),
                 "parts out of step with the memtable"
             );
-            let b = rt.buf(r, slot);
-            let used = if b.rec.state == State::Init {
-                0
-            } else {
-                b.used()
+            let in_part = |it: &crate::memtable::MemTableIter| {
+                it.valid() && hi.is_none_or(|h| key::user_key(it.key()) < h)
             };
-            let run = layout.run(r, slot);
-            let start = page_offset(run.first) + DATA_START + used;
-            if b.rec.state == State::Init {
-                // A new epoch: the chunks cached for this run are stale.
-                self.s.readers.evict(run.first);
+            // Each target: (slot, seal the other slot, seal this one, the
+            // planned size, the entries it takes: seqno ≤ this).
+            let targets: Vec<(u8, Option<u8>, bool, Size, u64)> = match *dest {
+                Dest::L1 => {
+                    // Skip the part (an exclusive merge takes it below).
+                    while in_part(&it) {
+                        it.next();
+                    }
+                    continue;
+                }
+                Dest::Slot { slot, seal } => vec![(slot, seal, false, size, u64::MAX)],
+                Dest::Spill { write, init } => {
+                    let room = cap - rt.buf(r, write).used();
+                    let (older, newer, through) = spill_split(mem, lo, hi, room);
+                    if older.is_empty() {
+                        vec![(init, Some(write), false, newer, u64::MAX)]
+                    } else if newer.is_empty() {
+                        vec![(write, None, false, older, u64::MAX)]
+                    } else {
+                        self.s.counters.spills.fetch_add(1, Ordering::Relaxed);
+                        vec![
+                            (write, None, true, older, through),
+                            (init, None, false, newer, u64::MAX),
+                        ]
+                    }
+                }
+            };
+            let mut builders = Vec::with_capacity(targets.len());
+            for &(slot, _, _, size, _) in &targets {
+                let b = rt.buf(r, slot);
+                let used = if b.rec.state == State::Init {
+                    0
+                } else {
+                    b.used()
+                };
+                let run = layout.run(r, slot);
+                if b.rec.state == State::Init {
+                    // A new epoch: the chunks cached for this run are stale.
+                    self.s.readers.evict(run.first);
+                }
+                let start = page_offset(run.first) + DATA_START + used;
+                builders.push(chunk::Builder::new(region, start, cap - used, &size));
             }
-            let mut cb = chunk::Builder::new(region, start, cap - used, &size);
-            while it.valid() && hi.is_none_or(|h| key::user_key(it.key()) < h) {
-                cb.add(it.key(), it.value())?;
+            while in_part(&it) {
+                let seq = key::parse_internal_key(it.key()).map_or(0, |p| p.seq);
+                let i = targets
+                    .iter()
+                    .position(|t| seq <= t.4)
+                    .unwrap_or(targets.len() - 1);
+                builders[i].add(it.key(), it.value())?;
                 it.next();
             }
-            let n = cb.entries() as u64;
-            let deletions = cb.deletions;
-            let smallest = std::mem::take(&mut cb.smallest);
-            let largest = std::mem::take(&mut cb.largest);
-            let (c, footprint) = cb.finish(&gauge, self.hash_index)?;
-            written.pm_copied += u64::from(c.len);
-            built.push((
-                r,
-                slot,
-                ChunkSummary {
-                    seq_min: c.seq_min,
-                    seq_max: c.seq_max,
-                    chunk: Arc::new(c),
-                    footprint,
-                    n,
-                    deletions,
-                    smallest,
-                    largest,
-                },
-            ));
+            for (mut cb, &(slot, seal_other, seal_self, _, _)) in builders.into_iter().zip(&targets)
+            {
+                let n = cb.entries() as u64;
+                let deletions = cb.deletions;
+                let smallest = std::mem::take(&mut cb.smallest);
+                let largest = std::mem::take(&mut cb.largest);
+                let (c, footprint) = cb.finish(&gauge, self.hash_index)?;
+                written.pm_copied += u64::from(c.len);
+                built.push(Piece {
+                    r,
+                    slot,
+                    seal_other,
+                    seal_self,
+                    cs: ChunkSummary {
+                        seq_min: c.seq_min,
+                        seq_max: c.seq_max,
+                        chunk: Arc::new(c),
+                        footprint,
+                        n,
+                        deletions,
+                        smallest,
+                        largest,
+                    },
+                });
+            }
         }
         it.status()?;
 
         // Tables, records and header mirrors of the buffers written.
         let beta = (self.th.beta * cap as f64) as u64;
-        for ((r, slot, cs), dest) in built.iter().zip(dests.iter().filter(|d| **d != Dest::L1)) {
+        for Piece {
+            r,
+            slot,
+            seal_other,
+            seal_self,
+            cs,
+        } in &built
+        {
             let b = rt.buf(*r, *slot);
             let run = layout.run(*r, *slot);
-            if let Dest::Slot {
-                seal: Some(other), ..
-            } = dest
-            {
+            if let Some(other) = seal_other {
                 let o = rt.buf(*r, *other);
                 let rec = BufferRecord {
                     state: State::Sealed,
@@ -1114,7 +1243,7 @@ impl RangeTab {
                 b.rec
             };
             rec.chunks += 1;
-            if used > beta {
+            if *seal_self || used > beta {
                 rec.state = State::Sealed;
                 self.s.counters.seals.fetch_add(1, Ordering::Relaxed);
             }
@@ -1702,6 +1831,7 @@ impl Design for RangeTab {
             ),
             ("rangetab.chunks_appended", c.chunks.load(Ordering::Relaxed)),
             ("rangetab.seals", c.seals.load(Ordering::Relaxed)),
+            ("rangetab.spills", c.spills.load(Ordering::Relaxed)),
             (
                 "rangetab.flush_waits",
                 c.flush_waits.load(Ordering::Relaxed),
