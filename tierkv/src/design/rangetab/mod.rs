@@ -1719,9 +1719,7 @@ impl Design for RangeTab {
 
     fn flush_blocked(&self, v: &Version) -> Option<StallCause> {
         let rt = self.s.rt_view(v).ok()??;
-        (0..rt.layout.count)
-            .any(|r| rt.pair(r).into_iter().all(|b| b.rec.state == State::Sealed))
-            .then_some(StallCause::PmFull)
+        picker::any_blocked(&rt).then_some(StallCause::PmFull)
     }
 
     fn install(&self, ctx: &Arc<TableContext>) {
