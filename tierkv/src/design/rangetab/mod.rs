@@ -38,6 +38,11 @@
 //!   ([`Design::flush_blocked`], a `PmFull` stall) while some RangeTab has
 //!   no write buffer and no init buffer. The classic L0-file triggers do
 //!   not apply: the 2N buffer tables are the steady state, not a backlog.
+//!   The pacer ([`Design::headroom`]) sees the RangeTabs' room, so that
+//!   writers slow to the merges' pace before a flush finds a RangeTab
+//!   full: at `medium` the longest write fell from 0.27–0.72 s to 19–29
+//!   ms, none over 100 ms, at 7% less fill throughput (43.5 K against
+//!   ~47 K ops/s, two runs each).
 //!
 //! # Invariants
 //!
@@ -129,7 +134,9 @@ use parking_lot::{Condvar, Mutex};
 use crate::compaction::{merge_to_ssts, OutputSpec};
 use crate::design::classic::Classic;
 use crate::design::leveled;
-use crate::design::{Design, JobEnv, JobOutput, PickContext, Task, WriteControl, Written};
+use crate::design::{
+    Design, Headroom, JobEnv, JobOutput, PickContext, Task, WriteControl, Written,
+};
 use crate::error::{Error, Result};
 use crate::iter::{InternalIterator, MergingIterator};
 use crate::key::{self, compare_internal};
@@ -452,6 +459,9 @@ struct Shared {
     /// The memtable `prepare_flush` ran for (a flush without it is a WAL
     /// replay), the layout its parts were planned with, and the parts.
     prepared: Mutex<Option<Prepared>>,
+    /// Each RangeTab's share of the last flush's bytes (empty: none yet),
+    /// for the pacer's estimate of the room left ([`Design::headroom`]).
+    shares: Mutex<Vec<f64>>,
     counters: Counters,
 }
 
@@ -832,6 +842,7 @@ impl RangeTab {
                 exclusive: AtomicBool::new(false),
                 exclusive_edit: Mutex::new(None),
                 prepared: Mutex::new(None),
+                shares: Mutex::new(Vec::new()),
                 counters: Counters::default(),
             }),
             opts: opts.clone(),
@@ -1597,6 +1608,16 @@ impl Design for RangeTab {
             Some(l) if l.has_boundaries() => Arc::new(plan_parts(mem, l)),
             _ => Arc::new(Vec::new()),
         };
+        if let Some(l) = &layout {
+            let total: u64 = parts.iter().map(|(_, size)| size.footprint()).sum();
+            if total > 0 {
+                let mut shares = vec![0.0; l.count as usize];
+                for &(r, size) in parts.iter() {
+                    shares[r as usize] += size.footprint() as f64 / total as f64;
+                }
+                *s.shares.lock() = shares;
+            }
+        }
         // Wait (no version pinned) until every part has room.
         let start = Instant::now();
         let mut waited = false;
@@ -1710,6 +1731,59 @@ impl Design for RangeTab {
         } else {
             WriteControl::Proceed
         }
+    }
+
+    /// The bytes the flushes may still move into the RangeTabs before one
+    /// of them finds no room and waits: each RangeTab's room (what its
+    /// write buffer has left, and a whole buffer if its sibling is init)
+    /// over its share of the last flush (even shares before the first),
+    /// the least of these; plus the memtable budget less what the
+    /// memtables hold (the mutable one counted as full): the user bytes
+    /// writes may add before one stops. A merge frees a whole buffer at
+    /// once; a memtable switch takes a memtable at once (the mutable one
+    /// is counted full): the step is a memtable.
+    fn headroom(&self, v: &Version, immutable_count: usize) -> Option<Headroom> {
+        let rt = self.s.rt_view(v).ok()??;
+        let cap = rt.layout.capacity_bytes;
+        let n = rt.layout.count;
+        let shares = self.s.shares.lock().clone();
+        let even = 1.0 / f64::from(n.max(1));
+        let mut free = f64::INFINITY;
+        for r in 0..n {
+            let share = match shares.get(r as usize) {
+                Some(&x) if shares.len() == n as usize => x,
+                _ => even,
+            };
+            if share <= 0.0 {
+                continue;
+            }
+            let room: u64 = rt
+                .pair(r)
+                .into_iter()
+                .map(|b| match b.rec.state {
+                    State::Write => cap.saturating_sub(b.used()),
+                    State::Init => cap,
+                    State::Sealed => 0,
+                })
+                .sum();
+            free = free.min(room as f64 / share);
+        }
+        let mem = self.opts.memtable_size_bytes as u64;
+        let capacity = 2 * u64::from(n) * cap;
+        let free = if free.is_finite() {
+            free as u64
+        } else {
+            capacity
+        };
+        // Writes stop once the RangeTabs are out of room and the
+        // memtables full: the room, plus the memtable budget, less what
+        // the memtables hold (the mutable one counted as full).
+        let spare = (self.opts.memtable_count_max as u64).saturating_sub(1) * mem;
+        Some(Headroom {
+            free_bytes: (free + spare).saturating_sub(immutable_count as u64 * mem),
+            capacity_bytes: capacity,
+            step_bytes: mem,
+        })
     }
 
     fn write_control_epoch(&self) -> u64 {
