@@ -347,6 +347,139 @@ fn merge_loop(
     Ok(())
 }
 
+/// One key range of a merge's input: the entries of `inner` whose user
+/// keys lie in `[lo, hi)` (`hi` `None`: to the end). Forward only — a merge
+/// reads it once from `seek_to_first`; `seek_to_last` and `prev` leave it
+/// invalid. Subcompactions ([`crate::design::leveled::run_merge`]) and the
+/// PM containers' side merges cut their input with it.
+pub struct KeyRange<I> {
+    inner: I,
+    lo: Vec<u8>,
+    hi: Option<Vec<u8>>,
+    valid: bool,
+}
+
+impl<I: InternalIterator> KeyRange<I> {
+    /// The entries of `inner` in `[lo, hi)` (an empty `lo`: from the start).
+    pub fn new(inner: I, lo: Vec<u8>, hi: Option<Vec<u8>>) -> KeyRange<I> {
+        KeyRange {
+            inner,
+            lo,
+            hi,
+            valid: false,
+        }
+    }
+
+    /// Moves the range to `[lo, hi)`; the next `seek_to_first` starts it.
+    pub fn set_range(&mut self, lo: Vec<u8>, hi: Option<Vec<u8>>) {
+        self.lo = lo;
+        self.hi = hi;
+        self.valid = false;
+    }
+
+    fn check(&mut self) {
+        self.valid = self.inner.valid()
+            && self
+                .hi
+                .as_deref()
+                .is_none_or(|h| key::user_key(self.inner.key()) < h);
+    }
+}
+
+impl<I: InternalIterator> InternalIterator for KeyRange<I> {
+    fn valid(&self) -> bool {
+        self.valid
+    }
+    fn seek_to_first(&mut self) {
+        let t = key::seek_key(&self.lo, key::MAX_SEQNO);
+        self.inner.seek(&t);
+        self.check();
+    }
+    fn seek_to_last(&mut self) {
+        self.valid = false;
+    }
+    fn seek(&mut self, target: &[u8]) {
+        if key::user_key(target) < self.lo.as_slice() {
+            self.seek_to_first();
+        } else {
+            self.inner.seek(target);
+            self.check();
+        }
+    }
+    fn next(&mut self) {
+        self.inner.next();
+        self.check();
+    }
+    fn prev(&mut self) {
+        self.valid = false;
+    }
+    fn key(&self) -> &[u8] {
+        self.inner.key()
+    }
+    fn value(&self) -> &[u8] {
+        self.inner.value()
+    }
+    fn status(&self) -> Result<()> {
+        self.inner.status()
+    }
+}
+
+/// Runs the parts of one merge — each writing the tables of its own key
+/// range — side by side, one scoped thread each (marked as background
+/// work for the I/O limiter), and returns their outputs in the parts'
+/// order (one part runs on the calling thread). If any part fails, every
+/// table every part wrote is removed and the first error is returned:
+/// the job then leaves nothing behind, as a failed single merge does.
+pub fn run_parts<F>(env: &JobEnv<'_>, parts: Vec<F>) -> Result<Vec<TableMeta>>
+where
+    F: FnOnce() -> Result<Vec<TableMeta>> + Send,
+{
+    let results: Vec<Result<Vec<TableMeta>>> = if parts.len() > 1 {
+        std::thread::scope(|sc| {
+            let handles: Vec<_> = parts
+                .into_iter()
+                .map(|part| {
+                    sc.spawn(move || {
+                        crate::storage::limiter::mark_background();
+                        part()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(Error::InvalidArgument(
+                            "a merge part's thread panicked".into(),
+                        ))
+                    })
+                })
+                .collect()
+        })
+    } else {
+        parts.into_iter().map(|part| part()).collect()
+    };
+    let mut outputs: Vec<TableMeta> = Vec::new();
+    let mut first_err: Option<Error> = None;
+    for r in results {
+        match r {
+            Ok(ms) => outputs.extend(ms),
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(e) = first_err {
+        for m in &outputs {
+            let _ = env
+                .fs
+                .remove(&env.dir.join(crate::sst::sst_file_name(m.id)));
+        }
+        return Err(e);
+    }
+    Ok(outputs)
+}
+
 /// Syncs the finished outputs of one merge, up to `SYNC_THREADS` at a time:
 /// a merge cutting many small tables (vLSM's vSSTs, a range-partitioned
 /// flush) waits for one round of device flushes instead of one per table.

@@ -213,37 +213,9 @@ impl Cutter for VsstCutter<'_> {
 mod tests {
     use super::*;
     use crate::key::{make_internal_key, Kind};
-    use crate::sst::TableCounters;
-    use crate::stats::Tier;
-    use crate::storage::mem::MemFs;
-    use crate::version::edit::{TableFormat, TableMeta};
-    use crate::version::TableContext;
-    use std::path::PathBuf;
 
     fn table(id: u64, lo: &str, hi: &str, size: u64) -> Arc<TableHandle> {
-        let ctx = Arc::new(TableContext::new(
-            Arc::new(MemFs::new()),
-            PathBuf::from("/t"),
-            None,
-            TableCounters::default(),
-            true,
-        ));
-        TableHandle::new(
-            TableMeta {
-                id,
-                tier: Tier::Ssd,
-                format: TableFormat::Sst,
-                size_bytes: size,
-                smallest: make_internal_key(lo.as_bytes(), 1, Kind::Put),
-                largest: make_internal_key(hi.as_bytes(), 1, Kind::Put),
-                seq_min: 1,
-                seq_max: 1,
-                entries: 1,
-                deletions: 0,
-                pm_pages: Vec::new(),
-            },
-            ctx,
-        )
+        crate::version::detached_table(id, lo, hi, size)
     }
 
     /// Feeds keys of `per_key` bytes; returns the closed records.

@@ -12,9 +12,10 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use crate::compaction::{
-    merge_to_ssts, merge_to_ssts_with, Cutter, JobEnv, OutputSpec, MAX_GRANDPARENT_OVERLAP_FACTOR,
+    merge_to_ssts, merge_to_ssts_with, Cutter, JobEnv, KeyRange, OutputSpec,
+    MAX_GRANDPARENT_OVERLAP_FACTOR,
 };
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::iter::{InternalIterator, MergingIterator};
 use crate::key;
 use crate::memtable::MemTable;
@@ -373,75 +374,9 @@ pub fn subcompaction_cuts(task: &Task, k: usize, target_size_bytes: u64) -> Vec<
     cuts
 }
 
-/// One part of a merge: the entries of `inner` whose user keys lie in
-/// `[lo, hi)` (`None`: unbounded). Forward only, as a merge reads it:
-/// `seek_to_last` and `prev` leave it invalid.
-struct Part {
-    inner: MergingIterator,
-    lo: Option<Vec<u8>>,
-    hi: Option<Vec<u8>>,
-    stopped: bool,
-}
-
-impl Part {
-    fn new(inner: MergingIterator, lo: Option<Vec<u8>>, hi: Option<Vec<u8>>) -> Part {
-        Part {
-            inner,
-            lo,
-            hi,
-            stopped: false,
-        }
-    }
-}
-
-impl InternalIterator for Part {
-    fn valid(&self) -> bool {
-        !self.stopped
-            && self.inner.valid()
-            && self
-                .hi
-                .as_deref()
-                .is_none_or(|h| key::user_key(self.inner.key()) < h)
-    }
-    fn seek_to_first(&mut self) {
-        self.stopped = false;
-        match &self.lo {
-            Some(lo) => self.inner.seek(&key::seek_key(lo, key::MAX_SEQNO)),
-            None => self.inner.seek_to_first(),
-        }
-    }
-    fn seek_to_last(&mut self) {
-        self.stopped = true;
-    }
-    fn seek(&mut self, target: &[u8]) {
-        match &self.lo {
-            Some(lo) if key::user_key(target) < lo.as_slice() => self.seek_to_first(),
-            _ => {
-                self.stopped = false;
-                self.inner.seek(target);
-            }
-        }
-    }
-    fn next(&mut self) {
-        self.inner.next();
-    }
-    fn prev(&mut self) {
-        self.stopped = true;
-    }
-    fn key(&self) -> &[u8] {
-        self.inner.key()
-    }
-    fn value(&self) -> &[u8] {
-        self.inner.value()
-    }
-    fn status(&self) -> Result<()> {
-        self.inner.status()
-    }
-}
-
 /// Runs `task`'s merge as subcompactions cut at `cuts`, each part on a
-/// thread of its own (each with its own cutter and output tables); the
-/// outputs in key order. On any part's failure every output is removed.
+/// thread of its own with its own cutter and output tables
+/// ([`crate::compaction::run_parts`]); the outputs in key order.
 fn merge_parts(
     env: &JobEnv,
     task: &Task,
@@ -454,85 +389,27 @@ fn merge_parts(
         bounds.push((lo.replace(c.clone()), Some(c.clone())));
     }
     bounds.push((lo, None));
-    let results: Vec<Result<Vec<TableMeta>>> = std::thread::scope(|sc| {
-        let handles: Vec<_> = bounds
+    crate::compaction::run_parts(
+        env,
+        bounds
             .into_iter()
             .map(|(lo, hi)| {
-                sc.spawn(move || {
-                    crate::storage::limiter::mark_background();
-                    let mut part = Part::new(merged_inputs(task), lo, hi);
+                move || {
+                    let mut part = KeyRange::new(merged_inputs(task), lo.unwrap_or_default(), hi);
                     merge_to_ssts(env, &mut part, spec)
-                })
+                }
             })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join().unwrap_or_else(|_| {
-                    Err(Error::InvalidArgument(
-                        "a subcompaction thread panicked".into(),
-                    ))
-                })
-            })
-            .collect()
-    });
-    let mut outputs: Vec<TableMeta> = Vec::new();
-    let mut first_err: Option<Error> = None;
-    for r in results {
-        match r {
-            Ok(ms) => outputs.extend(ms),
-            Err(e) => {
-                first_err.get_or_insert(e);
-            }
-        }
-    }
-    if let Some(e) = first_err {
-        for m in &outputs {
-            let _ = env
-                .fs
-                .remove(&env.dir.join(crate::sst::sst_file_name(m.id)));
-        }
-        return Err(e);
-    }
-    Ok(outputs)
+            .collect(),
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::key::{make_internal_key, Kind};
-    use crate::sst::TableCounters;
-    use crate::stats::Tier;
-    use crate::storage::mem::MemFs;
-    use crate::version::edit::TableFormat;
-    use crate::version::TableContext;
     use crate::{Db, Options, ReadOptions};
-    use std::path::PathBuf;
 
     fn table(id: u64, lo: &str, hi: &str, size: u64) -> Arc<TableHandle> {
-        let ctx = Arc::new(TableContext::new(
-            Arc::new(MemFs::new()),
-            PathBuf::from("/t"),
-            None,
-            TableCounters::default(),
-            true,
-        ));
-        TableHandle::new(
-            TableMeta {
-                id,
-                tier: Tier::Ssd,
-                format: TableFormat::Sst,
-                size_bytes: size,
-                smallest: make_internal_key(lo.as_bytes(), 1, Kind::Put),
-                largest: make_internal_key(hi.as_bytes(), 1, Kind::Put),
-                seq_min: 1,
-                seq_max: 1,
-                entries: 1,
-                deletions: 0,
-                pm_pages: Vec::new(),
-            },
-            ctx,
-        )
+        crate::version::detached_table(id, lo, hi, size)
     }
 
     /// One wide table above eight of 10 bytes each: "b0".."b7" below.

@@ -129,6 +129,37 @@ pub struct TableHandle {
     ctx: Arc<TableContext>,
 }
 
+/// A handle on an SST that exists only as metadata — `id`, user keys `lo`
+/// to `hi`, `size` bytes — for tests of pure policies (pickers, cutters,
+/// subcompaction cuts) that read no table.
+#[cfg(test)]
+pub(crate) fn detached_table(id: u64, lo: &str, hi: &str, size: u64) -> Arc<TableHandle> {
+    use crate::key::{make_internal_key, Kind};
+    let ctx = Arc::new(TableContext::new(
+        Arc::new(crate::storage::mem::MemFs::new()),
+        PathBuf::from("/t"),
+        None,
+        crate::sst::TableCounters::default(),
+        true,
+    ));
+    TableHandle::new(
+        edit::TableMeta {
+            id,
+            tier: crate::stats::Tier::Ssd,
+            format: edit::TableFormat::Sst,
+            size_bytes: size,
+            smallest: make_internal_key(lo.as_bytes(), 1, Kind::Put),
+            largest: make_internal_key(hi.as_bytes(), 1, Kind::Put),
+            seq_min: 1,
+            seq_max: 1,
+            entries: 1,
+            deletions: 0,
+            pm_pages: Vec::new(),
+        },
+        ctx,
+    )
+}
+
 impl TableHandle {
     /// A handle for a table described by `meta`.
     pub fn new(meta: TableMeta, ctx: Arc<TableContext>) -> Arc<TableHandle> {

@@ -82,7 +82,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use crate::coding::{put_length_prefixed, put_varint, Reader};
-use crate::compaction::{merge_to_ssts, JobEnv, OutputSpec};
+use crate::compaction::{merge_to_ssts, JobEnv, KeyRange, OutputSpec};
 use crate::design::classic::Classic;
 use crate::design::leveled;
 use crate::design::{
@@ -1172,48 +1172,11 @@ impl Container {
                 grandparents: &task.grandparents,
                 sst_size_bytes: self.cfg.sst_size_bytes,
             };
-            let results: Vec<Result<Vec<TableMeta>>> = if parts.len() > 1 {
-                std::thread::scope(|sc| {
-                    let hs: Vec<_> = parts
-                        .iter()
-                        .map(|p| {
-                            sc.spawn(|| {
-                                crate::storage::limiter::mark_background();
-                                job.part(p)
-                            })
-                        })
-                        .collect();
-                    hs.into_iter()
-                        .map(|h| {
-                            h.join().unwrap_or_else(|_| {
-                                Err(Error::InvalidArgument(
-                                    "a side merge thread panicked".into(),
-                                ))
-                            })
-                        })
-                        .collect()
-                })
-            } else {
-                vec![job.part(&parts[0])]
-            };
-            let mut first_err: Option<Error> = None;
-            let mut outputs: Vec<TableMeta> = Vec::new();
-            for r in results {
-                match r {
-                    Ok(ms) => outputs.extend(ms),
-                    Err(e) => {
-                        first_err.get_or_insert(e);
-                    }
-                }
-            }
-            if let Some(e) = first_err {
-                for m in &outputs {
-                    let _ = env
-                        .fs
-                        .remove(&env.dir.join(crate::sst::sst_file_name(m.id)));
-                }
-                return Err(e);
-            }
+            let job = &job;
+            let outputs = crate::compaction::run_parts(
+                env,
+                parts.iter().map(|p| move || job.part(p)).collect(),
+            )?;
             written = Written::ssd_tables(&outputs);
             for m in outputs {
                 edit.new_tables.push((1, m));
@@ -1439,12 +1402,7 @@ impl SideMerge<'_, '_> {
         if !self.l1_inputs.is_empty() {
             children.push(Box::new(LevelIterator::new(self.l1_inputs.to_vec(), false)));
         }
-        let mut seg = Segmented {
-            inner: MergingIterator::new(children),
-            lo: Vec::new(),
-            hi: None,
-            valid: false,
-        };
+        let mut seg = KeyRange::new(MergingIterator::new(children), Vec::new(), None);
         let spec = OutputSpec {
             level: 1,
             target_size_bytes: self.sst_size_bytes,
@@ -1466,8 +1424,7 @@ impl SideMerge<'_, '_> {
                 (None, h) => h,
             };
             if seg_hi.is_none_or(|h| start.as_slice() < h) {
-                seg.lo = start.clone();
-                seg.hi = seg_hi.map(<[u8]>::to_vec);
+                seg.set_range(start.clone(), seg_hi.map(<[u8]>::to_vec));
                 match merge_to_ssts(self.env, &mut seg, &spec) {
                     Ok(ms) => out.extend(ms),
                     Err(e) => {
@@ -1550,59 +1507,6 @@ impl InternalIterator for CollectedIter {
     }
     fn status(&self) -> Result<()> {
         Ok(())
-    }
-}
-
-/// The merged side restricted to user keys in `[lo, hi)` (forward only: the
-/// merge reads it once from `seek_to_first`).
-struct Segmented {
-    inner: MergingIterator,
-    lo: Vec<u8>,
-    hi: Option<Vec<u8>>,
-    valid: bool,
-}
-
-impl Segmented {
-    fn check(&mut self) {
-        self.valid = self.inner.valid()
-            && self
-                .hi
-                .as_deref()
-                .is_none_or(|h| key::user_key(self.inner.key()) < h);
-    }
-}
-
-impl InternalIterator for Segmented {
-    fn valid(&self) -> bool {
-        self.valid
-    }
-    fn seek_to_first(&mut self) {
-        let t = key::seek_key(&self.lo, key::MAX_SEQNO);
-        self.inner.seek(&t);
-        self.check();
-    }
-    fn seek_to_last(&mut self) {
-        self.valid = false;
-    }
-    fn seek(&mut self, target: &[u8]) {
-        self.inner.seek(target);
-        self.check();
-    }
-    fn next(&mut self) {
-        self.inner.next();
-        self.check();
-    }
-    fn prev(&mut self) {
-        self.valid = false;
-    }
-    fn key(&self) -> &[u8] {
-        self.inner.key()
-    }
-    fn value(&self) -> &[u8] {
-        self.inner.value()
-    }
-    fn status(&self) -> Result<()> {
-        self.inner.status()
     }
 }
 
