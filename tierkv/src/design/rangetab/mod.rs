@@ -19,10 +19,11 @@
 //!   *spills* (below): its older entries fill the buffer, which is sealed,
 //!   and the rest go to the init sibling, which becomes the write buffer
 //!   (a buffer with less than 1/32 of its capacity left is sealed without
-//!   a chunk instead); a buffer past β after the append is sealed too. Every append re-lists the buffer
-//!   under a new table id (version invariant 5), so an append racing a
-//!   merge of the old id fails loudly instead of losing data; sealing and
-//!   merging are edits of per-buffer state records.
+//!   a chunk instead); a buffer past β after the append is sealed too.
+//!   Every append re-lists the buffer under a new table id (version
+//!   invariant 5), so an append racing a merge of the old id fails loudly
+//!   instead of losing data; sealing and merging are edits of per-buffer
+//!   state records.
 //! * **Reads**: L0 is served by a level view ([`view`]) that routes a key
 //!   by the boundaries to one RangeTab and probes its chunks newest first
 //!   through their DRAM hash indexes (binary search as the fallback).
