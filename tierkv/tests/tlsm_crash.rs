@@ -68,6 +68,8 @@ struct Conf {
     levels: usize,
     /// The WAL on SSD instead of in PM (nothing of it in the PM tier).
     wal_ssd: bool,
+    /// The memtable size.
+    memtable_bytes: usize,
 }
 
 impl Default for Conf {
@@ -81,6 +83,7 @@ impl Default for Conf {
             copy_forward: 0.0,
             levels: 2,
             wal_ssd: false,
+            memtable_bytes: 64 << 10,
         }
     }
 }
@@ -155,7 +158,7 @@ impl Rig {
                 cd: Arc::clone(&self.cd),
             })),
             pm_size_bytes: PM_BYTES as u64,
-            memtable_size_bytes: 64 << 10,
+            memtable_size_bytes: self.conf.memtable_bytes,
             sst_size_bytes: 64 << 10,
             l1_size_bytes: 64 << 20,
             level_count: self.conf.levels,
@@ -889,6 +892,12 @@ fn copy_forward() {
         policy: TlsmPolicy::None,
         copy_forward: 0.9,
         levels: 3,
+        // The overwrites of `mem` (~120 KB) stay in one memtable until
+        // `op` flushes it: with 64 KiB memtables a flush in `mem` could
+        // start the copy-forward in the background before `op`, which
+        // then found nothing to copy (seen in a full run on a loaded
+        // machine: "no copy-forward ran").
+        memtable_bytes: 256 << 10,
         ..Conf::default()
     };
     let prepare = |rig: &Rig, model: &mut Model| {
