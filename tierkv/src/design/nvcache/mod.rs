@@ -138,7 +138,8 @@ use self::picker::{ListPlan, Shape, EVICT, LIST};
 use self::table::{entry_size, NvTable, TableBuild};
 use crate::design::leveled::{self, run_merge};
 use crate::design::{
-    Design, DesignLog, JobEnv, JobOutput, PickContext, Task, TaskKind, WriteControl, Written,
+    Design, DesignLog, Headroom, JobEnv, JobOutput, PickContext, Task, TaskKind, WriteControl,
+    Written,
 };
 use crate::error::{Error, Result};
 use crate::iter::{InternalIterator, TableReader};
@@ -512,6 +513,25 @@ impl Design for NvCache {
         } else {
             WriteControl::Proceed
         }
+    }
+
+    /// The free PM above what [`Design::write_control`] keeps back, in
+    /// user bytes (a write's node takes its bytes of PM once: the log is
+    /// the table). Evictions and list compactions free PM in bursts; a
+    /// memtable switch takes a log segment and a flush an offset array at
+    /// once: the step is the larger.
+    fn headroom(&self, _v: &Version, immutable_count: usize) -> Option<Headroom> {
+        let need = self.reserve.write_bytes + immutable_count as u64 * self.reserve.array_bytes;
+        let alloc = self.space.tier.allocator();
+        let capacity = (alloc.total_pages() - alloc.data_start_page()) * PAGE;
+        Some(Headroom {
+            free_bytes: self.free_bytes().saturating_sub(need),
+            capacity_bytes: capacity.saturating_sub(self.reserve.write_bytes),
+            step_bytes: self
+                .reserve
+                .array_bytes
+                .max(self.space.segment_pages * PAGE),
+        })
     }
 
     fn write_control_epoch(&self) -> u64 {
