@@ -424,6 +424,20 @@ impl<I: InternalIterator> InternalIterator for KeyRange<I> {
     }
 }
 
+/// The key ranges `[lo, hi)` between ascending `cuts`: from the start
+/// (an empty `lo`) to the first cut, …, from the last cut to the end
+/// (`hi` `None`) — the parts [`run_parts`] runs, each read through a
+/// [`KeyRange`].
+pub fn ranges_between(cuts: Vec<Vec<u8>>) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    let mut out = Vec::with_capacity(cuts.len() + 1);
+    let mut lo = Vec::new();
+    for c in cuts {
+        out.push((std::mem::replace(&mut lo, c.clone()), Some(c)));
+    }
+    out.push((lo, None));
+    out
+}
+
 /// Runs the parts of one merge — each writing the tables of its own key
 /// range — side by side, one scoped thread each (marked as background
 /// work for the I/O limiter), and returns their outputs in the parts'

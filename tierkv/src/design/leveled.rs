@@ -243,7 +243,7 @@ pub fn run_merge_with(
             if cuts.is_empty() {
                 merge_to_ssts(env, &mut merged_inputs(task), &spec)?
             } else {
-                merge_parts(env, task, &spec, &cuts)?
+                merge_parts(env, task, &spec, cuts)?
             }
         }
     };
@@ -381,21 +381,15 @@ fn merge_parts(
     env: &JobEnv,
     task: &Task,
     spec: &OutputSpec,
-    cuts: &[Vec<u8>],
+    cuts: Vec<Vec<u8>>,
 ) -> Result<Vec<TableMeta>> {
-    let mut bounds: Vec<(Option<Vec<u8>>, Option<Vec<u8>>)> = Vec::with_capacity(cuts.len() + 1);
-    let mut lo: Option<Vec<u8>> = None;
-    for c in cuts {
-        bounds.push((lo.replace(c.clone()), Some(c.clone())));
-    }
-    bounds.push((lo, None));
     crate::compaction::run_parts(
         env,
-        bounds
+        crate::compaction::ranges_between(cuts)
             .into_iter()
             .map(|(lo, hi)| {
                 move || {
-                    let mut part = KeyRange::new(merged_inputs(task), lo.unwrap_or_default(), hi);
+                    let mut part = KeyRange::new(merged_inputs(task), lo, hi);
                     merge_to_ssts(env, &mut part, spec)
                 }
             })

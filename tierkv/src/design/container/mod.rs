@@ -1157,12 +1157,7 @@ impl Container {
             // key space (cut at victim keys; all versions of a key stay in
             // one part, so the dropping rules see them together).
             let cuts = part_cuts(&readers, &runs, k);
-            let mut parts: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::with_capacity(cuts.len() + 1);
-            let mut lo: Vec<u8> = Vec::new();
-            for c in cuts {
-                parts.push((std::mem::replace(&mut lo, c.clone()), Some(c)));
-            }
-            parts.push((lo, None));
+            let parts = crate::compaction::ranges_between(cuts);
             let job = SideMerge {
                 env,
                 readers: &readers,

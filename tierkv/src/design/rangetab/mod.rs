@@ -1166,11 +1166,16 @@ impl RangeTab {
                 builders.push(chunk::Builder::new(region, start, cap - used, &size));
             }
             while in_part(&it) {
-                let seq = key::parse_internal_key(it.key()).map_or(0, |p| p.seq);
-                let i = targets
-                    .iter()
-                    .position(|t| seq <= t.4)
-                    .unwrap_or(targets.len() - 1);
+                // Route by seqno only in a spill (one target otherwise).
+                let i = if targets.len() == 1 {
+                    0
+                } else {
+                    let seq = key::parse_internal_key(it.key()).map_or(0, |p| p.seq);
+                    targets
+                        .iter()
+                        .position(|t| seq <= t.4)
+                        .unwrap_or(targets.len() - 1)
+                };
                 builders[i].add(it.key(), it.value())?;
                 it.next();
             }
@@ -1747,7 +1752,7 @@ impl Design for RangeTab {
         let rt = self.s.rt_view(v).ok()??;
         let cap = rt.layout.capacity_bytes;
         let n = rt.layout.count;
-        let shares = self.s.shares.lock().clone();
+        let shares = self.s.shares.lock();
         let even = 1.0 / f64::from(n.max(1));
         let mut free = f64::INFINITY;
         for r in 0..n {
