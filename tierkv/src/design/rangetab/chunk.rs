@@ -503,6 +503,11 @@ pub struct ChunkIter {
     chunk: Arc<Chunk>,
     /// `>= n`: not valid.
     pos: usize,
+    /// The current entry's internal key and value, as byte ranges of the
+    /// chunk: decoded once per step, since a merge reads `key` several
+    /// times per step.
+    key: (u32, u32),
+    value_end: u32,
 }
 
 impl ChunkIter {
@@ -511,6 +516,26 @@ impl ChunkIter {
         ChunkIter {
             pos: usize::MAX,
             chunk,
+            key: (0, 0),
+            value_end: 0,
+        }
+    }
+
+    /// Moves to entry `pos` (any value; `>= n` is not valid).
+    fn go(&mut self, pos: usize) {
+        self.pos = pos;
+        if pos < self.chunk.n as usize {
+            let b = self.chunk.all();
+            let at = u32_at(b, self.chunk.offsets_at as usize + 4 * pos) as usize;
+            // Every entry was checked when the chunk was parsed or built.
+            (self.key, self.value_end) =
+                match decode_entry(&b[..self.chunk.offsets_at as usize], at) {
+                    Some((k, v, end)) => {
+                        let k1 = end - v.len();
+                        (((k1 - k.len()) as u32, k1 as u32), end as u32)
+                    }
+                    None => ((0, 0), 0),
+                };
         }
     }
 }
@@ -520,25 +545,25 @@ impl InternalIterator for ChunkIter {
         self.pos < self.chunk.n as usize
     }
     fn seek_to_first(&mut self) {
-        self.pos = 0;
+        self.go(0);
     }
     fn seek_to_last(&mut self) {
-        self.pos = (self.chunk.n as usize).wrapping_sub(1);
+        self.go((self.chunk.n as usize).wrapping_sub(1));
     }
     fn seek(&mut self, target: &[u8]) {
-        self.pos = self.chunk.lower_bound(target);
+        self.go(self.chunk.lower_bound(target));
     }
     fn next(&mut self) {
-        self.pos += 1;
+        self.go(self.pos + 1);
     }
     fn prev(&mut self) {
-        self.pos = self.pos.wrapping_sub(1);
+        self.go(self.pos.wrapping_sub(1));
     }
     fn key(&self) -> &[u8] {
-        self.chunk.ikey(self.pos)
+        &self.chunk.all()[self.key.0 as usize..self.key.1 as usize]
     }
     fn value(&self) -> &[u8] {
-        self.chunk.value(self.pos)
+        &self.chunk.all()[self.key.1 as usize..self.value_end as usize]
     }
     fn status(&self) -> Result<()> {
         Ok(())
