@@ -8,6 +8,24 @@
 //!    insert never replaces an entry.
 //! 3. Once immutable (no more inserts), a memtable is read by gets,
 //!    iterators and the flush, and dropped when the last `Arc` goes.
+//! 4. The key filter's bits of an entry are set before the entry enters
+//!    the skiplist, so a get that can see the entry (its snapshot was
+//!    published after the insert) sees its bits.
+//!
+//! # The key filter
+//!
+//! A point read that misses a memtable still walks the skiplist from the
+//! top: a dozen levels of pointer chasing, two cache misses each (node,
+//! then key) — 14% of a quiesced `classic` readrandom at `medium`
+//! (perf), where 98% of the reads miss the memtable. A blocked bloom
+//! filter over the user keys (RocksDB's memtable bloom with whole-key
+//! filtering, `memtable_prefix_bloom_size_ratio`) answers most misses with
+//! one cache line: each key sets [`PROBES`] bits in one 512-bit line
+//! chosen by its xxh3 hash. Sized `Options::memtable_filter_ratio` of the
+//! memtable's bytes (default 1/64: 1 MiB for 64 MiB). Every entry is
+//! charged at least 104 bytes (its key, trailer and per-entry charge), so
+//! the filter has at least 1/64 × 104 × 8 = 13 bits per key: under 1%
+//! false positives. Iterators and flushes do not use it.
 
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -15,6 +33,7 @@ use std::sync::Arc;
 
 use crossbeam_skiplist::map::Entry;
 use crossbeam_skiplist::SkipMap;
+use xxhash_rust::xxh3::xxh3_64;
 
 use crate::batch::WriteBatch;
 use crate::error::Result;
@@ -24,9 +43,61 @@ use crate::key::{self, InternalKey, Kind, SeqNo};
 /// Bytes charged per entry on top of key and value (skiplist node, Vec headers).
 const ENTRY_OVERHEAD_BYTES: usize = 96;
 
+/// Bits a key sets in its line of the key filter.
+pub const PROBES: u32 = 6;
+
+/// The key filter (module docs): lines of 512 bits, set concurrently with
+/// readers (relaxed: the skiplist insert that follows publishes them).
+struct KeyFilter {
+    words: Box<[AtomicU64]>,
+    lines: u64,
+}
+
+impl KeyFilter {
+    /// A filter of about `bytes` bytes (at least one line).
+    fn new(bytes: usize) -> KeyFilter {
+        let lines = (bytes / 64).max(1);
+        KeyFilter {
+            words: (0..lines * 8).map(|_| AtomicU64::new(0)).collect(),
+            lines: lines as u64,
+        }
+    }
+
+    /// The first word of `h`'s line, and the bits within the line.
+    #[inline]
+    fn place(&self, h: u64) -> (usize, u64) {
+        let line = ((h >> 32) * self.lines) >> 32;
+        (line as usize * 8, h.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+    }
+
+    #[inline]
+    fn add(&self, h: u64) {
+        let (base, mut bits) = self.place(h);
+        for _ in 0..PROBES {
+            let b = (bits & 511) as usize;
+            self.words[base + b / 64].fetch_or(1 << (b % 64), Ordering::Relaxed);
+            bits >>= 9;
+        }
+    }
+
+    #[inline]
+    fn may_contain(&self, h: u64) -> bool {
+        let (base, mut bits) = self.place(h);
+        for _ in 0..PROBES {
+            let b = (bits & 511) as usize;
+            if self.words[base + b / 64].load(Ordering::Relaxed) & (1 << (b % 64)) == 0 {
+                return false;
+            }
+            bits >>= 9;
+        }
+        true
+    }
+}
+
 /// A memtable.
 pub struct MemTable {
     map: SkipMap<InternalKey, Vec<u8>>,
+    filter: Option<KeyFilter>,
     size_bytes: AtomicUsize,
     entries: AtomicU64,
     deletions: AtomicU64,
@@ -35,10 +106,17 @@ pub struct MemTable {
 }
 
 impl MemTable {
-    /// An empty memtable fed by WAL `log_number`.
+    /// An empty memtable fed by WAL `log_number`, without a key filter.
     pub fn new(log_number: u64) -> Self {
+        Self::with_filter(log_number, 0)
+    }
+
+    /// An empty memtable fed by WAL `log_number` whose key filter takes
+    /// `filter_bytes` (0: none).
+    pub fn with_filter(log_number: u64, filter_bytes: usize) -> Self {
         MemTable {
             map: SkipMap::new(),
+            filter: (filter_bytes > 0).then(|| KeyFilter::new(filter_bytes)),
             size_bytes: AtomicUsize::new(0),
             entries: AtomicU64::new(0),
             deletions: AtomicU64::new(0),
@@ -90,6 +168,9 @@ impl MemTable {
         if kind == Kind::Delete {
             self.deletions.fetch_add(1, Ordering::Relaxed);
         }
+        if let Some(f) = &self.filter {
+            f.add(xxh3_64(user_key));
+        }
         self.map.insert(ikey, value.to_vec());
     }
 
@@ -104,6 +185,11 @@ impl MemTable {
 
     /// The newest entry for `user_key` with seqno `<= seq`.
     pub fn get(&self, user_key: &[u8], seq: SeqNo) -> Option<Found> {
+        if let Some(f) = &self.filter {
+            if !f.may_contain(xxh3_64(user_key)) {
+                return None;
+            }
+        }
         let target = InternalKey(key::seek_key(user_key, seq));
         let e = self.map.lower_bound(Bound::Included(&target))?;
         let p = key::parse_internal_key(e.key().encoded())?;
@@ -198,6 +284,32 @@ mod tests {
         assert!(m.get(b"a", 0).is_none());
         assert!(m.get(b"c", 9).is_none());
         assert!(m.get(b"", 9).is_none());
+    }
+
+    /// With a filter, every inserted key is found (no false negatives,
+    /// tiny filters too) and most absent keys are answered by the filter.
+    #[test]
+    fn the_key_filter_never_hides_a_key() {
+        for filter_bytes in [1, 64, 4096, 64 << 10] {
+            let m = MemTable::with_filter(1, filter_bytes);
+            for i in 0..5000u64 {
+                m.add(i + 1, Kind::Put, format!("key{i}").as_bytes(), b"v");
+            }
+            for i in 0..5000u64 {
+                assert!(
+                    m.get(format!("key{i}").as_bytes(), 9999).is_some(),
+                    "{filter_bytes}"
+                );
+            }
+            let f = m.filter.as_ref().unwrap();
+            let passed = (0..10_000)
+                .filter(|i| f.may_contain(xxh3_64(format!("absent{i}").as_bytes())))
+                .count();
+            if filter_bytes == 64 << 10 {
+                // 105 bits per key: false positives are rare.
+                assert!(passed < 100, "{passed} of 10000 absent keys passed");
+            }
+        }
     }
 
     #[test]

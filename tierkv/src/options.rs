@@ -157,6 +157,14 @@ pub struct Options {
     pub memtable_size_bytes: usize,
     /// Memtables in DRAM at most, mutable one included (`max_write_buffer_number`).
     pub memtable_count_max: usize,
+    /// Share of `memtable_size_bytes` given to each DRAM memtable's key
+    /// filter, a bloom filter over its user keys that lets a point read
+    /// skip a memtable without the key (RocksDB's
+    /// `memtable_prefix_bloom_size_ratio` with whole-key filtering, which
+    /// RocksDB leaves off). 0 = no filter; at most 0.25. Default 1/64: 1 MiB
+    /// for a 64 MiB memtable, at least 13 bits per key (module doc of
+    /// `memtable`).
+    pub memtable_filter_ratio: f64,
     /// Target SST size (`target_file_size_base`).
     pub sst_size_bytes: u64,
     /// Target size of L1 (`max_bytes_for_level_base`; `vlsm` ignores it:
@@ -419,6 +427,7 @@ impl Default for Options {
             wal_recovery: WalRecovery::TornTail,
             memtable_size_bytes: 64 << 20,
             memtable_count_max: 2,
+            memtable_filter_ratio: 1.0 / 64.0,
             sst_size_bytes: 64 << 20,
             l1_size_bytes: 256 << 20,
             level_size_multiplier: 10,
@@ -490,6 +499,7 @@ impl fmt::Debug for Options {
             .field("wal_recovery", &self.wal_recovery)
             .field("memtable_size_bytes", &self.memtable_size_bytes)
             .field("memtable_count_max", &self.memtable_count_max)
+            .field("memtable_filter_ratio", &self.memtable_filter_ratio)
             .field("sst_size_bytes", &self.sst_size_bytes)
             .field("l1_size_bytes", &self.l1_size_bytes)
             .field("level_size_multiplier", &self.level_size_multiplier)
@@ -597,6 +607,11 @@ impl Options {
         }
     }
 
+    /// Bytes of each DRAM memtable's key filter (`memtable_filter_ratio`).
+    pub fn memtable_filter_bytes(&self) -> usize {
+        (self.memtable_size_bytes as f64 * self.memtable_filter_ratio) as usize
+    }
+
     /// The parts one merge may be cut into (`max_subcompactions`; 0 =
     /// `background_threads`).
     pub fn subcompactions(&self) -> usize {
@@ -692,6 +707,12 @@ impl Options {
             return bad(format!(
                 "`background_threads` = {} must be between 1 and 64",
                 self.background_threads
+            ));
+        }
+        if !(0.0..=0.25).contains(&self.memtable_filter_ratio) {
+            return bad(format!(
+                "`memtable_filter_ratio` = {} must be between 0 and 0.25",
+                self.memtable_filter_ratio
             ));
         }
         if self.max_subcompactions > 64 {

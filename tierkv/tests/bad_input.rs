@@ -62,6 +62,15 @@ fn invalid_options_are_refused_naming_the_option() {
         },
         "memtable_count_max",
     );
+    for ratio in [-0.1, 0.5, f64::NAN] {
+        invalid(
+            Options {
+                memtable_filter_ratio: ratio,
+                ..base()
+            },
+            "memtable_filter_ratio",
+        );
+    }
     invalid(
         Options {
             sst_size_bytes: 1,

@@ -265,7 +265,7 @@ pub(super) fn open(
         identity::bind(pm, db_id)?;
     }
 
-    let mut mem = Regions::new(router.count(), log_number);
+    let mut mem = Regions::new(router.count(), log_number, options.memtable_filter_bytes());
     if log.ssd_file {
         mem.ssd_wals.push_back(log_number);
     }

@@ -146,21 +146,25 @@ pub struct Regions {
     pub ssd_wals: VecDeque<u64>,
     /// Where the compaction picker starts next (round robin over regions).
     pub next_pick: usize,
+    /// Bytes of each new memtable's key filter (`Options::memtable_filter_ratio`).
+    filter_bytes: usize,
 }
 
 impl Regions {
-    /// `count` regions with empty memtables fed by WAL `wal_number`.
-    pub fn new(count: usize, wal_number: u64) -> Regions {
+    /// `count` regions with empty memtables fed by WAL `wal_number`, each
+    /// memtable with a key filter of `filter_bytes`.
+    pub fn new(count: usize, wal_number: u64, filter_bytes: usize) -> Regions {
         Regions {
             regions: (0..count)
                 .map(|_| RegionMem {
-                    mem: Arc::new(MemTable::new(wal_number)),
+                    mem: Arc::new(MemTable::with_filter(wal_number, filter_bytes)),
                     imms: VecDeque::new(),
                 })
                 .collect(),
             wal_number,
             ssd_wals: VecDeque::new(),
             next_pick: 0,
+            filter_bytes,
         }
     }
 
@@ -258,7 +262,8 @@ impl Regions {
         for (i, r) in self.regions.iter_mut().enumerate() {
             let switch = !r.mem.is_empty() && (all || largest == Some(i));
             if switch || r.mem.is_empty() {
-                let old = std::mem::replace(&mut r.mem, Arc::new(MemTable::new(wal_number)));
+                let mem = MemTable::with_filter(wal_number, self.filter_bytes);
+                let old = std::mem::replace(&mut r.mem, Arc::new(mem));
                 if switch {
                     r.imms.push_back(old);
                 }
@@ -349,7 +354,7 @@ mod tests {
 
     #[test]
     fn switch_largest_and_bound() {
-        let mut rs = Regions::new(3, 5);
+        let mut rs = Regions::new(3, 5, 0);
         rs.regions[1]
             .mem
             .add(1, crate::key::Kind::Put, b"a", b"xxxxxxxx");
