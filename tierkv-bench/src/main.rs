@@ -186,6 +186,12 @@ struct BenchArgs {
     /// 0: each engine's default (tierkv: `--max_background_jobs`; RocksDB: 1).
     #[arg(long = "subcompactions", default_value_t = 0)]
     subcompactions: usize,
+    /// Share of the memtable size given to a bloom filter over its keys,
+    /// every engine (db_bench's `--memtable_bloom_size_ratio`, with RocksDB's
+    /// whole-key filtering); unset: each engine's default (tierkv: 1/64,
+    /// `Options::memtable_filter_ratio`; RocksDB: none).
+    #[arg(long = "memtable_bloom_size_ratio")]
+    memtable_bloom_size_ratio: Option<f64>,
     /// Block cache bytes.
     #[arg(long = "cache_size", default_value_t = 8 << 20)]
     cache_size: u64,
@@ -386,6 +392,14 @@ fn plan_from(args: &BenchArgs, configs: Vec<Config>, default_scale: Scale) -> Re
             args.steady_factor
         )));
     }
+    if let Some(r) = args
+        .memtable_bloom_size_ratio
+        .filter(|r| !(0.0..=0.25).contains(r))
+    {
+        return Err(Error::Usage(format!(
+            "--memtable_bloom_size_ratio must be between 0 and 0.25, got {r}"
+        )));
+    }
     let pacing = match (args.rate, args.rate_fraction, &args.rate_of) {
         _ if !args.rate_sweep.is_empty() => {
             let mut points = args.rate_sweep.clone();
@@ -429,6 +443,7 @@ fn plan_from(args: &BenchArgs, configs: Vec<Config>, default_scale: Scale) -> Re
             .max(2),
         background_jobs: args.max_background_jobs.max(1),
         subcompactions: args.subcompactions,
+        memtable_bloom_ratio: args.memtable_bloom_size_ratio,
         block_cache_bytes: args.cache_size,
         bloom_bits: args.bloom_bits,
         l0_triggers: (

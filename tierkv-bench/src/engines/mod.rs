@@ -317,6 +317,9 @@ pub struct EngineSetup {
     /// Parts one merge may be cut into (`max_subcompactions`); 0: each
     /// engine's default (tierkv: its background threads; RocksDB: 1).
     pub subcompactions: usize,
+    /// Share of the memtable size given to a bloom filter over its keys
+    /// (`--memtable_bloom_size_ratio`); `None`: each engine's default.
+    pub memtable_bloom_ratio: Option<f64>,
     /// Block cache (`cache_size`).
     pub block_cache_bytes: u64,
     /// Bloom filter bits per key (0 = none).
@@ -376,6 +379,7 @@ impl EngineSetup {
             level_multiplier: 10,
             background_jobs: 2,
             subcompactions: 0,
+            memtable_bloom_ratio: None,
             block_cache_bytes: 8 << 20,
             bloom_bits: 10,
             l0_triggers: (4, 20, 36),

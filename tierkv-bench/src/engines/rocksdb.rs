@@ -112,6 +112,10 @@ impl RocksEngine {
         if setup.subcompactions > 0 {
             opts.set_max_subcompactions(setup.subcompactions as u32);
         }
+        if let Some(ratio) = setup.memtable_bloom_ratio.filter(|r| *r > 0.0) {
+            opts.set_memtable_prefix_bloom_ratio(ratio);
+            opts.set_memtable_whole_key_filtering(true);
+        }
         opts.set_level_zero_file_num_compaction_trigger(setup.l0_triggers.0 as i32);
         opts.set_level_zero_slowdown_writes_trigger(setup.l0_triggers.1 as i32);
         opts.set_level_zero_stop_writes_trigger(setup.l0_triggers.2 as i32);

@@ -55,6 +55,9 @@ pub fn options_for(preset: Preset, setup: &EngineSetup) -> Options {
         compression: setup.compression,
         ..Options::default()
     };
+    if let Some(r) = setup.memtable_bloom_ratio {
+        o.memtable_filter_ratio = r;
+    }
     if preset.needs_pm() {
         o.pm_dir = Some(setup.pm_dir.clone());
         o.pm_size_bytes = setup.pm_size_bytes;
@@ -122,6 +125,9 @@ pub enum Knob {
     /// `sub=`: parts one merge may be cut into (`Options::max_subcompactions`,
     /// default the background threads; `sub=1`: none).
     Subcompactions(u64),
+    /// `mfilter=0|1`: the DRAM memtables' key filter off or on
+    /// (`Options::memtable_filter_ratio`: 0, or its default 1/64).
+    MemFilter(bool),
     /// `iotune=0|1`: the background write limiter tuned to foreground
     /// reads off or on (`Options::background_io_autotune`, default on).
     IoTune(bool),
@@ -222,6 +228,7 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
             }
             "pace" if n <= 1 => Knob::Pacing(n == 1),
             "iotune" if n <= 1 => Knob::IoTune(n == 1),
+            "mfilter" if n <= 1 => Knob::MemFilter(n == 1),
             "nice" if n <= 19 => Knob::Nice(n),
             "nice" => {
                 return Err(Error::Usage(format!(
@@ -229,7 +236,7 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
                 )))
             }
             "vsst" if n <= 1 => Knob::Vsst(n == 1),
-            "pace" | "vsst" | "iotune" => {
+            "pace" | "vsst" | "iotune" | "mfilter" => {
                 return Err(Error::Usage(format!(
                     "knob `{part}` of `{spec}`: {name} is 0 or 1"
                 )))
@@ -264,7 +271,7 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
             }
             _ => {
                 return Err(Error::Usage(format!(
-                    "unknown knob `{name}` in `{spec}`; knobs: mem, sst, phi, f, l0, batch, l1, regions, hints, limit, k, sub, pace, nice, iotune, rt, cap, prefix, quantiles, hash, faithful, cache, pmlv, seg, tbl, relink, entry, copy, paper, vsst"
+                    "unknown knob `{name}` in `{spec}`; knobs: mem, sst, phi, f, l0, batch, l1, regions, hints, limit, k, sub, pace, nice, iotune, mfilter, rt, cap, prefix, quantiles, hash, faithful, cache, pmlv, seg, tbl, relink, entry, copy, paper, vsst"
                 )))
             }
         });
@@ -296,6 +303,7 @@ pub fn options_for_spec(preset: Preset, spec: &str, setup: &EngineSetup) -> Resu
             | Knob::Pacing(_)
             | Knob::Nice(_)
             | Knob::IoTune(_)
+            | Knob::MemFilter(_)
             | Knob::RangeTabs(_)
             | Knob::Capacity(_)
             | Knob::Prefix(_)
@@ -327,6 +335,13 @@ pub fn options_for_spec(preset: Preset, spec: &str, setup: &EngineSetup) -> Resu
             Knob::Pacing(on) => o.write_pacing = on,
             Knob::Nice(n) => o.background_nice = n as i32,
             Knob::IoTune(on) => o.background_io_autotune = on,
+            Knob::MemFilter(on) => {
+                o.memtable_filter_ratio = if on {
+                    Options::default().memtable_filter_ratio
+                } else {
+                    0.0
+                }
+            }
             Knob::RangeTabs(n) => o.rangetab_count = n as usize,
             Knob::Capacity(n) => o.rangetab_capacity_bytes = n,
             Knob::Prefix(n) => o.rangetab_prefix_bytes = n as usize,
