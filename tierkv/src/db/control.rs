@@ -405,7 +405,7 @@ impl State {
     /// Region `i`'s immutable memtables the design must keep room for
     /// (`Design::write_control`): all but one whose flush has built its
     /// output (which then holds its room) and awaits its edit.
-    fn waiting_imms(&self, i: usize) -> usize {
+    pub(super) fn waiting_imms(&self, i: usize) -> usize {
         let n = self.mem.regions[i].imms.len();
         n - usize::from(self.flush_built == Some(i) && n > 0)
     }

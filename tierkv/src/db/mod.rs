@@ -452,7 +452,10 @@ impl Db {
     /// `tierkv.regions` (one line per region: its tables per level),
     /// `tierkv.level-targets` (one region's target per level, as the design
     /// scores levels: `L0: 4 tables`, `L1: 268435456 bytes`, …; absent when
-    /// the design reports none); RocksDB's four background figures
+    /// the design reports none); `tierkv.headroom` (what the pacing write
+    /// controller reads of the design's bounded resource, per region:
+    /// `region 0: free <bytes> capacity <bytes> step <bytes>`, in user
+    /// bytes; `None` when the memtables are the only one); RocksDB's four background figures
     /// `tierkv.num-running-flushes`, `tierkv.num-running-compactions`,
     /// `tierkv.mem-table-flush-pending` and `tierkv.compaction-pending`
     /// (all 0 once background work is done); `None` for unknown names.

@@ -83,6 +83,24 @@ impl Inner {
                 }
                 Some(out)
             }
+            // What the pacer reads (db/control.rs): the design's headroom
+            // per region, in user bytes; none for a design whose only
+            // bounded resource is the memtables.
+            "tierkv.headroom" => {
+                let st = self.state.lock();
+                let out: String = vs
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, v)| {
+                        let h = self.design.headroom(v, st.waiting_imms(i))?;
+                        Some(format!(
+                            "region {i}: free {} capacity {} step {}\n",
+                            h.free_bytes, h.capacity_bytes, h.step_bytes
+                        ))
+                    })
+                    .collect();
+                (!out.is_empty()).then_some(out)
+            }
             // RocksDB's names for the same four figures: together they tell
             // whether background work is done (a quiesced database).
             "tierkv.num-running-flushes" => Some(u8::from(self.state.lock().flushing).to_string()),
