@@ -1754,7 +1754,14 @@ impl Design for RangeTab {
         let n = rt.layout.count;
         let shares = self.s.shares.lock();
         let even = 1.0 / f64::from(n.max(1));
-        let mut free = f64::INFINITY;
+        // `full`: the same measure with every buffer empty, under the same
+        // shares — the capacity the pacer scales its reserve by. With even
+        // shares it is every buffer of every RangeTab; when the last flush
+        // went to one RangeTab (sequential keys), that RangeTab's two
+        // buffers. (A capacity of the whole tier there put the reserve at
+        // 10% of all buffers, far above what one RangeTab can hold: the
+        // pacer braked to its floor on every `fillseq`.)
+        let (mut free, mut full) = (f64::INFINITY, f64::INFINITY);
         for r in 0..n {
             let share = match shares.get(r as usize) {
                 Some(&x) if shares.len() == n as usize => x,
@@ -1773,13 +1780,14 @@ impl Design for RangeTab {
                 })
                 .sum();
             free = free.min(room as f64 / share);
+            full = full.min((2 * cap) as f64 / share);
         }
         let mem = self.opts.memtable_size_bytes as u64;
-        let capacity = 2 * u64::from(n) * cap;
-        let free = if free.is_finite() {
-            free as u64
+        let all = 2 * u64::from(n) * cap;
+        let (free, full) = if free.is_finite() {
+            (free as u64, (full as u64).min(all))
         } else {
-            capacity
+            (all, all)
         };
         // Writes stop once the RangeTabs are out of room and the
         // memtables full: the room, plus the memtable budget, less what
@@ -1787,7 +1795,7 @@ impl Design for RangeTab {
         let spare = (self.opts.memtable_count_max as u64).saturating_sub(1) * mem;
         Some(Headroom {
             free_bytes: (free + spare).saturating_sub(immutable_count as u64 * mem),
-            capacity_bytes: capacity,
+            capacity_bytes: full + spare,
             step_bytes: mem,
         })
     }
