@@ -34,14 +34,7 @@
 //! ```
 //!
 //! (writes consume `H` at the rate they are admitted, so `ΔA + ΔH` is what
-//! background work freed). While background work keeps up, that is the
-//! writers' own rate, not what the work could free; for the memtables the
-//! engine knows more — each flush's user bytes over its run time — and
-//! half that rate (averaged over the last few flushes) is a floor under
-//! their `D` ([`Pacer::record_flush`]; with 4 MiB memtables the paced rate
-//! otherwise crept up a few MiB/s per second: a `fillseq` ran at a sixth
-//! of its unpaced rate). The design's resource has no such floor yet.
-//! Then the pacer allows each resource
+//! background work freed), then allows each resource
 //!
 //! ```text
 //!   R = D + (H − reserve) / HORIZON           if H ≥ reserve
