@@ -184,14 +184,6 @@ pub(super) const MIN_RATE: f64 = 1048576.0;
 pub(super) const CREDIT: Duration = Duration::from_millis(1);
 /// Writers sleep only once they owe at least this long.
 pub(super) const MIN_PAUSE: Duration = Duration::from_micros(200);
-/// Weight of the newest flush in the flush rate (an average over the last
-/// few flushes).
-const FLUSH_RATE_WEIGHT: f64 = 0.25;
-/// The share of the flush rate taken as the memtables' drain floor: a
-/// flush slowed by compactions beside it can take twice as long as the
-/// average, and a floor at the whole average let `classic`'s writers into
-/// memtable stops of 0.7 s at `medium`.
-const FLUSH_RATE_SHARE: f64 = 0.5;
 
 /// One resource the pacer watches.
 #[derive(Debug, Default, Clone, Copy)]
@@ -204,10 +196,8 @@ struct Gauge {
 }
 
 impl Gauge {
-    /// Takes a reading; returns the rate this resource allows. `capacity`:
-    /// what background work frees per second while it runs, where known
-    /// (0: unknown) — a floor under the measured drain rate.
-    fn read(&mut self, h: Headroom, admitted: u64, now: Instant, capacity: f64) -> f64 {
+    /// Takes a reading; returns the rate this resource allows.
+    fn read(&mut self, h: Headroom, admitted: u64, now: Instant) -> f64 {
         let free = h.free_bytes as f64;
         if let Some((last_free, last_admitted, t)) = self.last {
             let dt = now.saturating_duration_since(t).as_secs_f64();
@@ -218,15 +208,14 @@ impl Gauge {
             }
         }
         self.last = Some((free, admitted, now));
-        let drain = self.drain.max(capacity);
         let step = h.step_bytes as f64;
         let reserve = step + RESERVE * h.capacity_bytes as f64;
         let rate = if free >= reserve {
-            drain + (free - reserve) / HORIZON
+            self.drain + (free - reserve) / HORIZON
         } else {
             // The brake: the drain rate scaled down to nothing as the
             // headroom falls from the reserve to one step.
-            drain * (free - step).max(0.0) / (reserve - step).max(1.0)
+            self.drain * (free - step).max(0.0) / (reserve - step).max(1.0)
         };
         rate.max(MIN_RATE)
     }
@@ -242,9 +231,6 @@ pub(super) struct Pacer {
     /// When the token bucket lets the next write go.
     next: Option<Instant>,
     last_sample: Option<Instant>,
-    /// What a flush frees per second of its run, user bytes (0 before the
-    /// first): the memtables' drain capacity.
-    flush_rate: f64,
 }
 
 impl Pacer {
@@ -254,22 +240,7 @@ impl Pacer {
             rate_bytes_per_sec: f64::INFINITY,
             next: None,
             last_sample: None,
-            flush_rate: 0.0,
         }
-    }
-
-    /// A flush freed `user_bytes` of memtable in `took`.
-    pub(super) fn record_flush(&mut self, user_bytes: u64, took: Duration) {
-        let secs = took.as_secs_f64();
-        if user_bytes == 0 || secs <= 0.0 {
-            return;
-        }
-        let r = user_bytes as f64 / secs;
-        self.flush_rate = if self.flush_rate == 0.0 {
-            r
-        } else {
-            self.flush_rate + FLUSH_RATE_WEIGHT * (r - self.flush_rate)
-        };
     }
 
     /// True if a sample is due.
@@ -283,13 +254,9 @@ impl Pacer {
     pub(super) fn sample(&mut self, now: Instant, admitted: u64, readings: [Option<Headroom>; 2]) {
         self.last_sample = Some(now);
         let mut rate = f64::INFINITY;
-        // The memtables drain by flushes, one at a time, so while a flush
-        // runs they drain at its rate; the design's resource drains by
-        // work whose capacity the engine does not know.
-        let capacities = [FLUSH_RATE_SHARE * self.flush_rate, 0.0];
-        for ((g, r), c) in self.gauges.iter_mut().zip(readings).zip(capacities) {
+        for (g, r) in self.gauges.iter_mut().zip(readings) {
             match r {
-                Some(h) => rate = rate.min(g.read(h, admitted, now, c)),
+                Some(h) => rate = rate.min(g.read(h, admitted, now)),
                 None => *g = Gauge::default(),
             }
         }
@@ -618,39 +585,6 @@ mod tests {
             ],
         );
         assert_eq!(q.pause_for(4096, t0), Duration::ZERO);
-    }
-
-    /// Small memtables: the measured drain follows the writer, so without
-    /// a capacity the rate only creeps up by (H − reserve) / HORIZON; with
-    /// the flushes' rate known, the memtables allow half of it at once.
-    #[test]
-    fn the_flush_rate_is_a_floor_under_the_memtables_drain() {
-        let t0 = Instant::now();
-        let h = Headroom {
-            free_bytes: 6 << 20,
-            capacity_bytes: 8 << 20,
-            step_bytes: 0,
-        };
-        let mut slow = Pacer::new();
-        let mut fast = Pacer::new();
-        fast.record_flush(4 << 20, Duration::from_millis(10)); // ~420 MB/s
-        for i in 0..50u64 {
-            let now = t0 + Duration::from_millis(10 * i);
-            // The writer went at 20 MB/s so far; the headroom stays put.
-            let admitted = i * 200_000;
-            slow.sample(now, admitted, [Some(h), None]);
-            fast.sample(now, admitted, [Some(h), None]);
-        }
-        assert!(slow.rate() < 40e6, "without a capacity: {}", slow.rate());
-        let floor = FLUSH_RATE_SHARE * (4 << 20) as f64 / 0.01;
-        assert!(fast.rate() >= floor, "{} below {floor}", fast.rate());
-        // The brake still holds at the stop.
-        fast.sample(
-            t0 + Duration::from_secs(1),
-            10_000_000,
-            [Some(Headroom { free_bytes: 0, ..h }), None],
-        );
-        assert_eq!(fast.rate(), MIN_RATE);
     }
 
     #[test]

@@ -346,10 +346,6 @@ impl Inner {
             .log_and_apply(edit, self.last_seq.load(Ordering::Acquire))?;
         self.stats
             .record_flush(start, written.pm_copied, written.pm_relinked, written.ssd);
-        self.state
-            .lock()
-            .pacer
-            .record_flush(mem.payload_bytes(), start.elapsed());
         // The WALs are obsolete only now that the edit is durable.
         if let Some(wals) = &self.pm_wals {
             for w in &pm_logs {
