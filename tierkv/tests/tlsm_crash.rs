@@ -270,6 +270,16 @@ impl Rig {
             .unwrap_or_default()
     }
 
+    /// Copy-forward jobs run so far.
+    fn copy_forwards(&self) -> usize {
+        self.db()
+            .stats()
+            .compactions
+            .iter()
+            .filter(|c| c.kind == "tlsm-copy-forward")
+            .count()
+    }
+
     /// Waits until the stats stop moving (background work done).
     fn idle(&self) {
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -278,7 +288,7 @@ impl Rig {
             std::thread::sleep(Duration::from_millis(60));
             let s = self.db().stats();
             let now = (s.compactions.len(), s.flushes.len());
-            if now == last && background_done(self.db()) {
+            if now == last && background_done(self.db(), self.conf.policy != TlsmPolicy::Lru) {
                 return;
             }
             last = now;
@@ -290,14 +300,27 @@ impl Rig {
 /// (the background write limiter, a loaded machine) may make no progress
 /// the stats can see for a while. (Not `tierkv.compaction-pending`: the
 /// LRU policies' pickers keep it set while PM is over their capacity.)
-fn background_done(db: &Db) -> bool {
-    [
-        "tierkv.num-running-flushes",
-        "tierkv.num-running-compactions",
-        "tierkv.mem-table-flush-pending",
-    ]
-    .iter()
-    .all(|n| db.property(n).as_deref() == Some("0"))
+/// With `picks`, also nothing the pickers would start: a copy-forward
+/// becomes due when readers release the runs a compaction replaced, and
+/// the background threads look again only every 200 ms, so a still
+/// moment is no proof (seen in CI: the copy-forwards `copy_forward`
+/// expects from its operation ran before it, during the next writes).
+fn background_done(db: &Db, picks: bool) -> bool {
+    let names: &[&str] = if picks {
+        &[
+            "tierkv.num-running-flushes",
+            "tierkv.num-running-compactions",
+            "tierkv.mem-table-flush-pending",
+            "tierkv.compaction-pending",
+        ]
+    } else {
+        &[
+            "tierkv.num-running-flushes",
+            "tierkv.num-running-compactions",
+            "tierkv.mem-table-flush-pending",
+        ]
+    };
+    names.iter().all(|n| db.property(n).as_deref() == Some("0"))
 }
 
 fn key(i: u64) -> Vec<u8> {
@@ -923,13 +946,10 @@ fn copy_forward() {
     let mut model = Model::new();
     prepare(&rig, &mut model);
     mem(&rig, &mut model);
-    let before = rig.design_stat("tlsm.copy_forward_bytes");
+    // Counted as jobs, not by the byte stat (rounded to 0.1 MB).
+    let before = rig.copy_forwards();
     op(&rig);
-    assert_ne!(
-        rig.design_stat("tlsm.copy_forward_bytes"),
-        before,
-        "no copy-forward ran"
-    );
+    assert!(rig.copy_forwards() > before, "no copy-forward ran");
     drop(rig);
     // Every fourth point (each waits for background work to settle);
     // `TIERKV_CRASH_EVERY=1` for all.
