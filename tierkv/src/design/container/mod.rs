@@ -660,6 +660,10 @@ pub struct Container {
     /// counted among the immutable ones, whose rows the write controller
     /// keeps room for, but that room is already taken from free PM.
     flush_held: AtomicU64,
+    /// Allocations waiting for PM ([`Container::alloc_wait`]): while any
+    /// waits, L0 is under pressure whatever the free total says (the free
+    /// pages may hold no run long enough).
+    alloc_waiters: AtomicU64,
     /// Leveled compaction below L1.
     pub leveled: Classic,
 }
@@ -683,6 +687,7 @@ impl Container {
             recent: Mutex::new(Vec::new()),
             reserved: Mutex::new(Reservation::default()),
             flush_held: AtomicU64::new(0),
+            alloc_waiters: AtomicU64::new(0),
             leveled: Classic::new(opts),
         })
     }
@@ -749,13 +754,18 @@ impl Container {
             return 0.0;
         }
         let score = Self::container_bytes(v) as f64 / self.cfg.limit_bytes.max(1) as f64;
-        let pressure =
-            self.free_bytes() < 2 * self.cfg.row_estimate_bytes + self.cfg.wal_reserve_bytes;
-        if pressure {
+        if self.pressure() {
             score.max(2.0)
         } else {
             score
         }
+    }
+
+    /// PM is about to run short of room for the next flushes, or an
+    /// allocation already waits for room.
+    fn pressure(&self) -> bool {
+        self.free_bytes() < 2 * self.cfg.row_estimate_bytes + self.cfg.wal_reserve_bytes
+            || self.alloc_waiters.load(Ordering::Acquire) > 0
     }
 
     /// PM the stop keeps free: the rows of the memtables waiting to be
@@ -1218,6 +1228,7 @@ impl Container {
         debug_assert!(min <= want && min > 0);
         let alloc = self.pm.allocator();
         let start = Instant::now();
+        let mut waiting = None;
         loop {
             let mut n = want;
             loop {
@@ -1242,8 +1253,29 @@ impl Container {
                 ));
             }
             // Compaction frees pages; the engine releases them when idle.
+            // The wait itself is pressure (`l0_score`): a flush once waited
+            // here with a fifth of PM free in runs too short for it while
+            // the picker, reading only the free total, drained nothing
+            // (tierkv-raft's `leader_kills_triangle`, values of tens of KB).
+            waiting.get_or_insert_with(|| Waiter::new(&self.alloc_waiters));
             std::thread::sleep(Duration::from_millis(2));
         }
+    }
+}
+
+/// One allocation counted among the waiting ones while it lives.
+struct Waiter<'a>(&'a AtomicU64);
+
+impl<'a> Waiter<'a> {
+    fn new(count: &'a AtomicU64) -> Waiter<'a> {
+        count.fetch_add(1, Ordering::AcqRel);
+        Waiter(count)
+    }
+}
+
+impl Drop for Waiter<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -1856,6 +1888,57 @@ mod tests {
         ] {
             assert!(ContainerState::decode(bad).unwrap_err().is_corruption());
         }
+    }
+
+    /// Half of PM free in single pages: a flush that needs four in a row
+    /// waits, and its wait is pressure for the picker, which reads the
+    /// free total only otherwise; the wait ends when a run is freed.
+    #[test]
+    fn an_allocation_that_waits_is_pressure_whatever_the_free_total() {
+        use crate::storage::sim::SimRegion;
+        let sim = Arc::new(SimRegion::new(16 << 20));
+        let region = Arc::clone(&sim) as Arc<dyn PmRegion>;
+        let tier = Arc::new(PmTier::open(region, false).unwrap());
+        let opts = Options {
+            design: Preset::Triangle,
+            memtable_size_bytes: 1 << 20,
+            pm_size_bytes: 16 << 20,
+            ..Options::default()
+        };
+        let c = Arc::new(Container::new(&opts, Arc::clone(&tier)).unwrap());
+        let alloc = tier.allocator();
+        let mut pages = Vec::new();
+        while let Some(r) = alloc.alloc(1).unwrap() {
+            pages.push(r);
+        }
+        let mut kept = Vec::new();
+        for (i, r) in pages.into_iter().enumerate() {
+            if i % 2 == 0 {
+                alloc.free(r).unwrap();
+            } else {
+                kept.push(r);
+            }
+        }
+        assert!(!c.pressure(), "half of PM free is no pressure by the total");
+        let waiter = {
+            let c = Arc::clone(&c);
+            std::thread::spawn(move || c.alloc_wait(4, 4))
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !c.pressure() {
+            assert!(
+                Instant::now() < deadline,
+                "the waiting allocation is no pressure"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // Compaction frees a row's run: the wait ends, and the pressure.
+        for r in kept.drain(..4) {
+            alloc.free(r).unwrap();
+        }
+        let run = waiter.join().unwrap().unwrap();
+        assert_eq!(run.count, 4);
+        assert!(!c.pressure());
     }
 
     #[test]
