@@ -306,21 +306,15 @@ impl Rig {
 /// moment is no proof (seen in CI: the copy-forwards `copy_forward`
 /// expects from its operation ran before it, during the next writes).
 fn background_done(db: &Db, picks: bool) -> bool {
-    let names: &[&str] = if picks {
-        &[
-            "tierkv.num-running-flushes",
-            "tierkv.num-running-compactions",
-            "tierkv.mem-table-flush-pending",
-            "tierkv.compaction-pending",
-        ]
-    } else {
-        &[
-            "tierkv.num-running-flushes",
-            "tierkv.num-running-compactions",
-            "tierkv.mem-table-flush-pending",
-        ]
-    };
-    names.iter().all(|n| db.property(n).as_deref() == Some("0"))
+    let running = [
+        "tierkv.num-running-flushes",
+        "tierkv.num-running-compactions",
+        "tierkv.mem-table-flush-pending",
+    ];
+    running
+        .iter()
+        .chain(picks.then_some(&"tierkv.compaction-pending"))
+        .all(|n| db.property(n).as_deref() == Some("0"))
 }
 
 fn key(i: u64) -> Vec<u8> {
