@@ -47,7 +47,7 @@ use std::time::Duration;
 
 use super::format::{SegmentKind, NODE_BODY, NODE_NEXT, NODE_PREV, SEGMENT_HEADER_BYTES};
 use super::log::Space;
-use super::table::{NvTable, TableBuild};
+use super::table::{NvTable, TableBuild, PREFETCH_AHEAD};
 use super::TableCache;
 use crate::compaction::{Cutter, JobEnv, SizeCutter};
 use crate::design::{JobOutput, Task, Written};
@@ -131,6 +131,9 @@ impl Run {
 
     fn advance(&mut self) -> Result<()> {
         self.i += 1;
+        if let Some(t) = self.tables.get(self.t) {
+            t.prefetch(self.i + PREFETCH_AHEAD);
+        }
         self.load()
     }
 
