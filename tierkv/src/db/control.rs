@@ -770,49 +770,72 @@ mod tests {
         assert!(rate > 0.6 * 250e6, "rate {rate}");
     }
 
-    /// 4 MiB memtables flushed in 10 ms each; the writer goes at 40 MB/s
-    /// for a second, then wants 400 MB/s. While it is the slower, the
-    /// flush thread is idle most of the time and the drain measured is the
-    /// writer's own rate; over the busy share it is the flushes', and the
-    /// paced rate leaves the writer's old pace behind within a second.
+    /// Memtables of `cap` bytes in all, switched at `mem` bytes and each
+    /// flushed in `flush_secs`, filled for `ms` milliseconds by a writer
+    /// that wants `wants(ms)` bytes per second and goes at the paced rate;
+    /// sampled every 10 ms, the flush reported busy only if `busy_known`
+    /// (else always). Returns the bytes written in each millisecond and
+    /// the lowest headroom.
+    fn memtables_sim(
+        cap: f64,
+        mem: f64,
+        flush_secs: f64,
+        ms: usize,
+        busy_known: bool,
+        wants: impl Fn(usize) -> f64,
+    ) -> (Vec<f64>, f64) {
+        let t0 = Instant::now();
+        let flush_rate = mem / flush_secs;
+        let mut p = Pacer::new();
+        let (mut held, mut flushing, mut admitted) = (0.0f64, 0.0f64, 0u64);
+        let mut written = Vec::with_capacity(ms);
+        let mut lowest = cap;
+        let dt = 0.001;
+        for i in 0..ms {
+            let now = t0 + Duration::from_secs_f64(i as f64 * dt);
+            if i % 10 == 0 {
+                let h = Headroom {
+                    free_bytes: (cap - held - flushing).max(0.0) as u64,
+                    capacity_bytes: cap as u64,
+                    step_bytes: 0,
+                };
+                let busy = !busy_known || flushing > 0.0;
+                p.sample(now, admitted, [Some(h), None], [busy, false]);
+            }
+            let w = p.rate().min(wants(i)) * dt;
+            admitted += w as u64;
+            written.push(w);
+            held += w;
+            if held >= mem && flushing == 0.0 {
+                flushing = held;
+                held = 0.0;
+            }
+            flushing = (flushing - flush_rate * dt).max(0.0);
+            lowest = lowest.min(cap - held - flushing);
+        }
+        (written, lowest)
+    }
+
+    /// 4 MiB memtables flushed in 10 ms each (400 MiB/s); the writer goes
+    /// at 40 MB/s for a second, then wants 400 MB/s. While it is the
+    /// slower, the flush thread is idle most of the time and the drain
+    /// measured is the writer's own rate; over the busy share it is the
+    /// flushes', and the paced rate leaves the writer's old pace behind
+    /// within a second.
     #[test]
     fn an_idle_drain_is_no_limit() {
-        let t0 = Instant::now();
-        let cap: f64 = 8.0 * 1048576.0;
-        let mem: f64 = 4.0 * 1048576.0;
         let run = |busy_known: bool| -> f64 {
-            let mut p = Pacer::new();
-            let (mut held, mut flushing, mut admitted) = (0.0f64, 0.0f64, 0u64);
-            let mut written = 0.0;
-            let dt = 0.001;
-            let flush_rate = mem / 0.010;
-            for i in 0..3000 {
-                let now = t0 + Duration::from_secs_f64(i as f64 * dt);
-                if i % 10 == 0 {
-                    let h = Headroom {
-                        free_bytes: (cap - held - flushing).max(0.0) as u64,
-                        capacity_bytes: cap as u64,
-                        step_bytes: 0,
-                    };
-                    let busy = if busy_known { flushing > 0.0 } else { true };
-                    p.sample(now, admitted, [Some(h), None], [busy, false]);
-                }
-                // The writer wants 400 MB/s; the flush frees at 400 MiB/s.
-                let wants = if i < 1000 { 40e6 } else { 400e6 };
-                let w = p.rate().min(wants) * dt;
-                admitted += w as u64;
-                if i >= 1000 {
-                    written += w;
-                }
-                held += w;
-                if held >= mem && flushing == 0.0 {
-                    flushing = held;
-                    held = 0.0;
-                }
-                flushing = (flushing - flush_rate * dt).max(0.0);
-            }
+            let wants = |i: usize| if i < 1000 { 40e6 } else { 400e6 };
+            let (written, _) = memtables_sim(
+                8.0 * 1048576.0,
+                4.0 * 1048576.0,
+                0.010,
+                3000,
+                busy_known,
+                wants,
+            );
             // The rate once the writer speeds up.
-            written / 2.0
+            written[1000..].iter().sum::<f64>() / 2.0
         };
         let old = run(false);
         let new = run(true);
@@ -826,36 +849,11 @@ mod tests {
     /// up with.
     #[test]
     fn a_cold_start_is_not_paced_before_the_first_drain() {
-        let t0 = Instant::now();
-        let cap: f64 = 16.0 * 1048576.0;
-        let mem: f64 = 8.0 * 1048576.0;
-        let flush_rate = mem / 0.050;
-        let mut p = Pacer::new();
-        let (mut held, mut flushing, mut admitted) = (0.0f64, 0.0f64, 0u64);
-        let mut written = 0.0;
-        let dt = 0.001;
-        let mut lowest = cap;
-        for i in 0..1000 {
-            let now = t0 + Duration::from_secs_f64(i as f64 * dt);
-            if i % 10 == 0 {
-                let h = Headroom {
-                    free_bytes: (cap - held - flushing).max(0.0) as u64,
-                    capacity_bytes: cap as u64,
-                    step_bytes: 0,
-                };
-                p.sample(now, admitted, [Some(h), None], [flushing > 0.0, false]);
-            }
-            let w = p.rate().min(100e6) * dt;
-            admitted += w as u64;
-            written += w;
-            held += w;
-            if held >= mem && flushing == 0.0 {
-                flushing = held;
-                held = 0.0;
-            }
-            flushing = (flushing - flush_rate * dt).max(0.0);
-            lowest = lowest.min(cap - held - flushing);
-        }
+        let (written, lowest) =
+            memtables_sim(16.0 * 1048576.0, 8.0 * 1048576.0, 0.050, 1000, true, |_| {
+                100e6
+            });
+        let written: f64 = written.iter().sum();
         assert!(lowest > 0.0, "the memtables ran out");
         assert!(written > 0.9 * 100e6, "the first second wrote {written}");
     }
