@@ -80,24 +80,23 @@
 //! reserve at once, and `classic`'s medium fill met 3 memtable stops of
 //! 0.1–0.3 s.
 //!
-//! Before the first flush the memtables' drain is unknown, not zero: a
-//! law on a measured drain of zero paced the first second of every fill
-//! at `(H − reserve) / HORIZON` (16 K ops/s at `leveldb10` against 70–120 K
-//! once the drain was measured). So until flushes have freed
-//! [`KNOWN_AFTER`] = 10% of the memtable budget (the first flush), the
-//! pacer does not slow writers above the memtables' reserve and brakes
-//! below it at the bounded slope alone; and their averages start from
-//! zero with their weight `w = 1 − exp(−t / DRAIN_TAU)` divided out (`D /
-//! w`, `u / w`), so the first estimates are the means since the first
-//! reading, not averages still leaning toward their start. The design's
-//! resource keeps the prior "drains nothing, always busy" (`D = 0`, `u =
-//! 1`, raised by the averages as compactions free room): its work may
-//! start seconds after the first writes, and with the same treatment as
-//! the memtables (measured, `leveldb10` 1 KB fills, four runs each) the
-//! fill ran 1.0–1.4× faster but its writes over 100 ms went from 9 to 26
-//! in all, the longest from 0.33 to 1.0 s: what writers put in unpaced
-//! before the first compaction was debt the rest of the fill paid in
-//! stops.
+//! At the start nothing is measured, and an average started at "drains
+//! nothing" (`D = 0`) or "always busy" (`u = 1`) learns over `DRAIN_TAU`
+//! what the work can do: until 2026-11-28 every fill's first second or two
+//! ran far below it (16 K ops/s in the first second of every `leveldb10`
+//! fill against 70–120 K later; the main job's 64 MB `tiny` fill at 8.9 K
+//! ops/s with `triangle`, 55 K unpaced). So the averages start from zero
+//! with their weight `w = 1 − exp(−t / DRAIN_TAU)` divided out (`D / w`,
+//! `u / w`): the first estimates are the means since the first reading.
+//! And before the first flush the memtables' drain is unknown, not zero:
+//! until flushes have freed [`KNOWN_AFTER`] = 10% of the memtable budget
+//! the pacer does not slow writers above the memtables' reserve and
+//! brakes below it at the bounded slope alone. The design's resource is
+//! estimated from its first reading on: left unknown until its work had
+//! freed a tenth of it (tried, `leveldb10` 1 KB fills, four runs), the
+//! fills had 26 writes over 100 ms against 9: what writers put in
+//! unpaced before the first compaction was debt the rest of the fill paid
+//! in stops.
 //!
 //! The constants: [`DRAIN_TAU`] = 1 s averages over the bursts in which
 //! background work frees room (a flush frees a whole memtable at its end,
@@ -275,24 +274,17 @@ impl Gauge {
         }
     }
 
-    /// A gauge that starts from the prior "drains nothing, busy": a
-    /// capacity of zero that the averages raise as the work frees room
-    /// (the design's resource: its compactions may start seconds after
-    /// the first writes, and what writers put in unpaced meanwhile is
-    /// debt the rest of the run pays).
-    fn zero_until_drained() -> Gauge {
+    /// A gauge whose capacity is estimated from its first reading on, as
+    /// the means since then (the design's resource: its work may start
+    /// seconds after the first writes, and what writers put in unpaced
+    /// meanwhile was debt the rest of a fill paid in stops).
+    fn measured_from_start() -> Gauge {
         Gauge {
-            last: None,
-            drain: 0.0,
-            busy: 1.0,
-            weight: 1.0,
-            freed: 0.0,
             known: true,
+            ..Gauge::unknown_until_drained()
         }
     }
-}
 
-impl Gauge {
     /// Takes a reading (`busy`: whether the work that frees this resource
     /// is running or queued now); returns the rate this resource allows.
     fn read(&mut self, h: Headroom, admitted: u64, now: Instant, busy: bool) -> f64 {
@@ -358,7 +350,7 @@ pub(super) struct Pacer {
 impl Pacer {
     pub(super) fn new() -> Pacer {
         Pacer {
-            gauges: [Gauge::unknown_until_drained(), Gauge::zero_until_drained()],
+            gauges: [Gauge::unknown_until_drained(), Gauge::measured_from_start()],
             rate_bytes_per_sec: f64::INFINITY,
             next: None,
             last_sample: None,
@@ -856,6 +848,44 @@ mod tests {
         let written: f64 = written.iter().sum();
         assert!(lowest > 0.0, "the memtables ran out");
         assert!(written > 0.9 * 100e6, "the first second wrote {written}");
+    }
+
+    /// A small PM tier (16 MiB) freed 8 MiB at a time by a job of 20 ms
+    /// (400 MiB/s while it runs, idle most of the time), a writer that
+    /// wants 200 MB/s for two seconds. Averages started at "drains nothing,
+    /// always busy" held it to a fraction of that while they learned.
+    #[test]
+    fn a_short_fill_is_not_held_to_the_priors() {
+        let t0 = Instant::now();
+        let cap: f64 = 16.0 * 1048576.0;
+        let mut p = Pacer::new();
+        let (mut free, mut admitted, mut written) = (cap, 0u64, 0.0f64);
+        let mut job_ends: Option<usize> = None;
+        let dt = 0.001;
+        for i in 0..2000 {
+            let now = t0 + Duration::from_secs_f64(i as f64 * dt);
+            if i % 10 == 0 {
+                let h = Headroom {
+                    free_bytes: free.max(0.0) as u64,
+                    capacity_bytes: cap as u64,
+                    step_bytes: 0,
+                };
+                p.sample(now, admitted, [None, Some(h)], [false, job_ends.is_some()]);
+            }
+            let w = p.rate().min(200e6) * dt;
+            admitted += w as u64;
+            written += w;
+            free -= w;
+            assert!(free > 0.0, "the resource ran out at {i} ms");
+            if job_ends == Some(i) {
+                free += cap / 2.0;
+                job_ends = None;
+            }
+            if job_ends.is_none() && free < cap / 2.0 {
+                job_ends = Some(i + 20);
+            }
+        }
+        assert!(written > 0.7 * 400e6, "two seconds wrote {written}");
     }
 
     #[test]
