@@ -14,6 +14,10 @@
 # time, so a run may be paused for a benchmark and resumed:
 #   kill -STOP $(cat fuzz/logs/*.pid)   ...   kill -CONT $(cat fuzz/logs/*.pid)
 # (the unit timeout is a day, so a pause is not reported as a hang).
+# Where the kernel groups processes by session (sched_autogroup_enabled = 1,
+# as on Debian), nice 19 orders the fuzzers only among themselves: started
+# from another shell they still take their session's share of the cores,
+# so pause them for builds and test runs too, not only for benchmarks.
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 
