@@ -13,13 +13,13 @@
 //!   valid records is skipped and reading resumes after it
 //!   (`wal::Reader::salvage`);
 //! - with a PM tier configured (`Options::pm_dir` or `pm_region`): the PM
-//!   WAL extent chains and the RowTables of `triangle` / `matrix`, found by
-//!   their magic at page starts (`PmLog::find_chains`,
-//!   `rowtable::read_header`). With a page allocator that opens, only
-//!   allocated pages are looked at (freed structures are skipped); without
-//!   one, every page is. A row's entries whose value extent fails its
-//!   checksum (freed and reused after the container consumed it) are
-//!   skipped.
+//!   WAL extent chains (`PmLog::find_chains`) and the design's own
+//!   structures (`design::salvage`: the RowTables of `triangle` /
+//!   `matrix`, ...), found by their magic at page starts. With a page
+//!   allocator that opens, only allocated pages are looked at (freed
+//!   structures are skipped); without one, every page is. Entries that do
+//!   not verify are skipped (a row's entries whose value extent fails its
+//!   checksum: freed and reused after the container consumed it).
 //!
 //! # What it writes
 //!
@@ -51,11 +51,11 @@
 //! container had consumed but not freed): the same limit as RocksDB's
 //! repairer. Everything skipped is listed in [`RepairReport::problems`].
 //!
-//! The PM tables repair reads are the RowTables of `triangle` and `matrix`.
-//! A design that keeps data in other PM structures (`rangetab`'s RangeTabs,
-//! `tlsm`'s skip lists and buffers, `nvcache`) is refused with
-//! `InvalidOptions` before anything is touched: the rebuilt database would
-//! reference nothing in PM, and its next open would give their pages back.
+//! The PM structures of each design are read by the design
+//! (`design/salvage.rs`); a design whose structures repair cannot read is
+//! refused with `InvalidOptions` before anything is touched: the rebuilt
+//! database would reference nothing in PM, and its next open would give
+//! their pages back.
 
 use std::fmt;
 use std::path::Path;
@@ -64,7 +64,8 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::batch::WriteBatch;
-use crate::design::container::rowtable::{self, RowTable};
+pub use crate::design::salvage::SourceKind;
+use crate::design::salvage::{self, Salvaged};
 use crate::error::{Error, Result};
 use crate::iter::{InternalIterator, MergingIterator};
 use crate::key::{self, Kind, SeqNo};
@@ -83,31 +84,6 @@ use crate::version::set::{file_number, install_snapshot_manifest};
 use crate::wal::{FileLog, LogSource, PmLog, Reader};
 
 use super::region::Router;
-
-/// The kind of a source repair read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SourceKind {
-    /// An SST file.
-    Sst,
-    /// An SSD WAL file.
-    Wal,
-    /// A WAL in the PM region (an extent chain).
-    PmWal,
-    /// A RowTable in the PM region.
-    PmRow,
-}
-
-impl SourceKind {
-    /// What it is, in words ("table", "WAL", "PM WAL", "PM row").
-    pub fn name(self) -> &'static str {
-        match self {
-            SourceKind::Sst => "table",
-            SourceKind::Wal => "WAL",
-            SourceKind::PmWal => "PM WAL",
-            SourceKind::PmRow => "PM row",
-        }
-    }
-}
 
 /// One source repair read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -278,70 +254,6 @@ impl InternalIterator for UntilError {
     }
 }
 
-/// The readable entries of a row found in PM: every entry whose value lies
-/// in an extent whose checksum verifies (tombstones and empty values have
-/// none). Forward only.
-struct RowSalvage {
-    row: Arc<RowTable>,
-    /// Per extent: its checksum verified.
-    good: Vec<bool>,
-    pos: usize,
-}
-
-impl RowSalvage {
-    fn readable(&self, i: usize) -> bool {
-        if self.row.value_len(i) == 0 {
-            return true;
-        }
-        let e = self
-            .row
-            .extents()
-            .partition_point(|x| x.first_entry as usize <= i);
-        e > 0 && self.good.get(e - 1).copied().unwrap_or(false)
-    }
-
-    fn skip_unreadable(&mut self) {
-        while self.pos < self.row.len() && !self.readable(self.pos) {
-            self.pos += 1;
-        }
-    }
-}
-
-impl InternalIterator for RowSalvage {
-    fn valid(&self) -> bool {
-        self.pos < self.row.len()
-    }
-    fn seek_to_first(&mut self) {
-        self.pos = 0;
-        self.skip_unreadable();
-    }
-    fn seek_to_last(&mut self) {
-        self.pos = self.row.len();
-    }
-    fn seek(&mut self, target: &[u8]) {
-        self.pos = self
-            .row
-            .lower_bound(&rowtable::Probe::internal(target), 0, self.row.len());
-        self.skip_unreadable();
-    }
-    fn next(&mut self) {
-        self.pos += 1;
-        self.skip_unreadable();
-    }
-    fn prev(&mut self) {
-        self.pos = self.row.len();
-    }
-    fn key(&self) -> &[u8] {
-        self.row.ikey(self.pos)
-    }
-    fn value(&self) -> &[u8] {
-        self.row.value(self.pos)
-    }
-    fn status(&self) -> Result<()> {
-        Ok(())
-    }
-}
-
 /// Everything the sources gave, before the merge.
 struct Found {
     children: Vec<Box<dyn InternalIterator>>,
@@ -426,16 +338,13 @@ impl Found {
 /// level count and the SST size are used.
 pub fn repair(dir: &Path, options: Options) -> Result<RepairReport> {
     options.validate()?;
-    match options.design {
-        Preset::Classic | Preset::Vlsm | Preset::Triangle | Preset::Matrix => {}
-        other => {
-            return Err(Error::InvalidOptions(format!(
-                "`Db::repair` cannot read the PM structures of design `{other}` (it reads SSTs, \
-                 WALs, PM WALs and the RowTables of triangle and matrix): rebuilding {} \
-                 without them would give up what they hold, so nothing was changed",
-                dir.display()
-            )))
-        }
+    if !salvage::can_salvage(options.design) {
+        return Err(Error::InvalidOptions(format!(
+            "`Db::repair` cannot read the PM structures of design `{}` (design/salvage.rs): \
+             rebuilding {} without them would give up what they hold, so nothing was changed",
+            options.design,
+            dir.display()
+        )));
     }
     let fs = Arc::clone(&options.fs);
     let names = fs
@@ -536,7 +445,7 @@ pub fn repair(dir: &Path, options: Options) -> Result<RepairReport> {
     let region = pm_region(&options)?;
     let mut format_pm = false;
     if let Some(region) = &region {
-        format_pm = read_pm(region, &mut found)?;
+        format_pm = read_pm(options.design, region, &mut found)?;
     }
 
     // Merge, keep the newest entry of each key, write the new tables.
@@ -678,7 +587,7 @@ fn pm_region(options: &Options) -> Result<Option<Arc<dyn PmRegion>>> {
 /// Reads the PM WALs and rows of `region` into `found`; returns true if
 /// the page allocator could not be opened (the region is formatted at the
 /// end).
-fn read_pm(region: &Arc<dyn PmRegion>, found: &mut Found) -> Result<bool> {
+fn read_pm(design: Preset, region: &Arc<dyn PmRegion>, found: &mut Found) -> Result<bool> {
     let pages = region.len() / PAGE_SIZE_BYTES;
     let alloc = match PageAllocator::open(Arc::clone(region)) {
         Ok(a) => Some(a),
@@ -720,46 +629,25 @@ fn read_pm(region: &Arc<dyn PmRegion>, found: &mut Found) -> Result<bool> {
             }
         }
     }
-    // Rows.
-    for &page in &candidates {
-        if region.slice(page * PAGE_SIZE_BYTES, 8).ok() != Some(&rowtable::MAGIC[..]) {
-            continue;
-        }
-        let at = page * PAGE_SIZE_BYTES;
-        let state = shared(
-            SourceKind::PmRow,
-            format!("{} at offset {at}", region.name()),
-        );
-        let opened = rowtable::read_header(region.as_ref(), page)
-            .and_then(|(expect, run)| RowTable::open(Arc::clone(region), run, expect, &[], false));
-        let row = match opened {
-            Ok(r) => Arc::new(r),
-            Err(e) => {
-                found.problems.push(format!("PM row at offset {at}: {e}"));
-                state.lock().source.complete = false;
-                found.states.push(state);
-                continue;
-            }
-        };
-        found.last_seqno = found.last_seqno.max(row.seq_max());
-        let good: Vec<bool> = row
-            .extents()
-            .iter()
-            .map(|e| {
-                region
-                    .slice(e.run.first * PAGE_SIZE_BYTES, e.used_bytes as usize)
-                    .is_ok_and(|d| crc32c::crc32c(d) == e.crc)
-            })
-            .collect();
-        let bad = good.iter().filter(|g| !**g).count();
-        if bad > 0 {
-            found.problems.push(format!(
-                "PM row at offset {at}: {bad} of {} value extents fail their checksum (freed after compaction consumed them, or damaged): their entries skipped",
-                good.len()
-            ));
+    // The design's own structures.
+    for Salvaged {
+        kind,
+        name,
+        entries,
+        seq_max,
+        problems,
+    } in salvage::salvage_pm(design, region, &candidates)
+    {
+        let state = shared(kind, name);
+        found.last_seqno = found.last_seqno.max(seq_max);
+        if !problems.is_empty() {
             state.lock().source.complete = false;
+            found.problems.extend(problems);
         }
-        found.add(Box::new(RowSalvage { row, good, pos: 0 }), state);
+        match entries {
+            Some(it) => found.add(it, state),
+            None => found.states.push(state),
+        }
     }
     Ok(alloc.is_none())
 }

@@ -127,6 +127,7 @@ pub mod leveled;
 pub mod matrix;
 pub mod nvcache;
 pub mod rangetab;
+pub mod salvage;
 pub mod tlsm;
 pub mod triangle;
 pub mod vlsm;

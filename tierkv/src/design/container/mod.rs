@@ -106,6 +106,7 @@ use rowtable::{BuildParams, Expect, PageSource, RowTable};
 pub mod hint;
 pub mod inspect;
 pub mod rowtable;
+pub mod salvage;
 pub mod side;
 
 /// Design-record tag of the container state.
