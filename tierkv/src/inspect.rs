@@ -569,8 +569,14 @@ fn allocated_runs(alloc: &PageAllocator) -> Vec<PageRun> {
     runs
 }
 
-/// The page runs the manifest says are live: PM tables' and PM WALs'.
-fn live_runs(region: &dyn PmRegion, state: &ManifestState, page: u64) -> Vec<(String, PageRun)> {
+/// The page runs the manifest says are live: PM tables', PM WALs' and
+/// what the design owns beyond them (`design::inspect::live_runs`).
+fn live_runs(
+    region: &Arc<dyn PmRegion>,
+    state: &ManifestState,
+    design: Preset,
+    page: u64,
+) -> Vec<(String, PageRun)> {
     let mut live: Vec<(String, PageRun)> = state
         .tables()
         .flat_map(|(_, l, t)| {
@@ -579,8 +585,12 @@ fn live_runs(region: &dyn PmRegion, state: &ManifestState, page: u64) -> Vec<(St
                 .map(move |r| (format!("L{l} table #{}", t.id), *r))
         })
         .collect();
+    live.extend(crate::design::inspect::live_runs(design, region, state));
+    if crate::design::inspect::owns_pm_logs(design) {
+        return live;
+    }
     for w in &state.pm_wals {
-        if let Ok(ext) = PmLog::extents(region, w.first_extent) {
+        if let Ok(ext) = PmLog::extents(region.as_ref(), w.first_extent) {
             live.extend(ext.into_iter().map(|(o, len)| {
                 (
                     format!("PM WAL {}", w.log_number),
@@ -606,7 +616,7 @@ pub fn describe_pm(
     let alloc = PageAllocator::open(Arc::clone(region))?;
     let page = alloc.page_size();
     let allocated = allocated_runs(&alloc);
-    let live = live_runs(region.as_ref(), state, page);
+    let live = live_runs(region, state, design, page);
     let owned = |p: u64| {
         live.iter()
             .any(|(_, r)| (r.first..r.first + r.count).contains(&p))
@@ -640,7 +650,12 @@ pub fn describe_pm(
             .text("unowned_runs", runs_node(&unowned)),
     );
     let mut wals = Node::new("PM WALs");
-    for w in &state.pm_wals {
+    let engine_logs: &[PmWal] = if crate::design::inspect::owns_pm_logs(design) {
+        &[]
+    } else {
+        &state.pm_wals
+    };
+    for w in engine_logs {
         let mut n = Node::new(format!("PM WAL {}", w.log_number))
             .at(w.first_extent)
             .num("log_number", w.log_number);
@@ -676,7 +691,7 @@ pub fn verify_pm(region: &Arc<dyn PmRegion>, state: &ManifestState, design: Pres
     let alloc = PageAllocator::open(Arc::clone(region));
     let page = alloc.as_ref().map_or(4096, |a| a.page_size());
     if let Ok(a) = &alloc {
-        let missing = live_runs(region.as_ref(), state, page)
+        let missing = live_runs(region, state, design, page)
             .into_iter()
             .find(|(_, r)| (r.first..r.first + r.count).any(|p| !a.is_allocated(p)));
         checks.push(Check::new(
@@ -695,7 +710,12 @@ pub fn verify_pm(region: &Arc<dyn PmRegion>, state: &ManifestState, design: Pres
         ));
     }
     checks.insert(0, Check::new("PM allocator superblock", alloc.map(|_| ())));
-    for w in &state.pm_wals {
+    let engine_logs: &[PmWal] = if crate::design::inspect::owns_pm_logs(design) {
+        &[]
+    } else {
+        &state.pm_wals
+    };
+    for w in engine_logs {
         let r = PmLog::open_for_read(Arc::clone(region), w.first_extent, w.log_number).and_then(
             |mut reader| {
                 while reader.next_record()?.is_some() {}

@@ -122,6 +122,7 @@
 
 pub mod compact;
 pub mod format;
+pub mod inspect;
 pub mod log;
 pub mod picker;
 pub mod table;

@@ -121,6 +121,7 @@
 
 pub mod buffer;
 pub mod chunk;
+pub mod inspect;
 pub mod layout;
 pub mod picker;
 pub mod view;

@@ -155,6 +155,7 @@
 
 pub mod build;
 pub mod format;
+pub mod inspect;
 pub mod job;
 pub mod list;
 pub mod picker;
