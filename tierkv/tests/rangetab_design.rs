@@ -414,3 +414,54 @@ fn sequential_writes_leave_headroom_above_the_pacers_reserve() {
     );
     db.close().expect("close");
 }
+
+/// The boundaries of the quantile fallback (no `rangetab_boundaries`, no
+/// prefix) come from a flush that is a fair sample of the keys. A first
+/// flush of one key — a close right after creation — goes to L1 whole and
+/// leaves them open; taken from it, they would have been `apple`,
+/// `apple\0`, `apple\0\0`, with every later key in the last RangeTab.
+#[test]
+fn quantile_boundaries_wait_for_a_fair_sample() {
+    let fs = MemFs::new();
+    let sim = Arc::new(SimRegion::new(PM_BYTES));
+    let mut o = options(&fs, &sim);
+    o.rangetab_boundaries.clear();
+    let layout = |fs: &MemFs| {
+        let d = tierkv::inspect::read_manifest(fs, &PathBuf::from("/db")).expect("manifest");
+        let b = d.state.regions[0]
+            .design_state
+            .get(&tierkv::design::rangetab::layout::LAYOUT_TAG)
+            .expect("a layout record");
+        tierkv::design::rangetab::layout::Layout::decode(b).expect("layout")
+    };
+    let mut m = BTreeMap::new();
+    let db = open(o.clone());
+    db.put(b"apple", b"red").expect("put");
+    m.insert(b"apple".to_vec(), b"red".to_vec());
+    db.close().expect("close");
+    let l = layout(&fs);
+    assert!(!l.has_boundaries(), "boundaries from one key: {l:?}");
+    let db = open(o.clone());
+    assert_eq!(db.get(b"apple").expect("get").as_deref(), Some(&b"red"[..]));
+    assert!(
+        db.stats()
+            .levels
+            .iter()
+            .any(|s| s.level == 1 && s.tables > 0),
+        "the first flush went to L1"
+    );
+    // A flush of many keys sets them, spread over the key space.
+    fill(&db, &mut m, 0, 1000);
+    db.flush().expect("flush");
+    db.close().expect("close");
+    let l = layout(&fs);
+    assert_eq!(l.source.name(), "quantiles");
+    assert!(
+        l.boundaries.iter().all(|b| b.starts_with(b"k")),
+        "{:?}",
+        l.boundaries
+    );
+    let db = open(o);
+    fill(&db, &mut m, 1000, 2000);
+    check(&db, &m);
+}

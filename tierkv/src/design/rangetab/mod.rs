@@ -7,8 +7,15 @@
 //!   disjoint, adjacent key ranges cut by N − 1 boundaries
 //!   (`Options::rangetab_boundaries`; or the paper's p-byte prefix split,
 //!   `rangetab_prefix_bytes`; or, as a fallback, the quantiles of the first
-//!   flushed memtable), recorded in the MANIFEST and fixed for the life of
-//!   the database ([`layout`]).
+//!   flushed memtable that is a fair sample of the keys), recorded in the
+//!   MANIFEST and fixed for the life of the database ([`layout`]). A
+//!   flush too small to cut the key space by — fewer distinct keys than
+//!   RangeTabs, or fewer than 16 per RangeTab in less than half a memtable
+//!   (a close or an explicit flush soon after creation, the replay of a
+//!   short log) — is merged into L1 whole (an exclusive flush) and leaves
+//!   the boundaries to a later flush: taken from it, they would be fixed
+//!   for good around a handful of keys (one key gave `k`, `k\0`, `k\0\0`,
+//!   …: every later key in the last RangeTab).
 //! * **Double buffer** (§III-C-1): each RangeTab owns two buffers of
 //!   `capacity` bytes, allocated once when the database is created and
 //!   kept (declared live to reconcile: [`Design::live_pm_runs`]), each in
@@ -284,10 +291,22 @@ pub fn prefix_boundaries(p: usize, n: u32) -> Result<Vec<Vec<u8>>> {
         .collect())
 }
 
+/// Distinct keys per RangeTab that make a flush smaller than half a
+/// memtable a fair sample for the quantile boundaries.
+const QUANTILE_MIN_KEYS_PER_RANGETAB: usize = 16;
+
 /// N − 1 boundaries from the distinct user keys of a memtable (the
-/// fallback): the quantiles, padded with successors of the largest key if
-/// there are too few keys.
-pub fn quantile_boundaries(mem: &Arc<MemTable>, n: u32) -> Vec<Vec<u8>> {
+/// fallback): its quantiles, or `None` if it is too small a sample to cut
+/// the key space by (module doc) — fewer distinct keys than RangeTabs, or
+/// fewer than [`QUANTILE_MIN_KEYS_PER_RANGETAB`] per RangeTab in less than
+/// half of `memtable_size_bytes`. Equal quantiles (many versions of few
+/// keys) are padded with successors so the boundaries stay strictly
+/// increasing.
+pub fn quantile_boundaries(
+    mem: &Arc<MemTable>,
+    n: u32,
+    memtable_size_bytes: usize,
+) -> Option<Vec<Vec<u8>>> {
     let mut keys: Vec<Vec<u8>> = Vec::new();
     let mut it = mem.iter();
     it.seek_to_first();
@@ -299,6 +318,10 @@ pub fn quantile_boundaries(mem: &Arc<MemTable>, n: u32) -> Vec<Vec<u8>> {
         it.next();
     }
     let m = keys.len();
+    let half_full = mem.size_bytes() >= memtable_size_bytes / 2;
+    if m < n as usize || (m < QUANTILE_MIN_KEYS_PER_RANGETAB * n as usize && !half_full) {
+        return None;
+    }
     let mut out: Vec<Vec<u8>> = Vec::with_capacity(n as usize);
     for i in 1..n as usize {
         let k = keys.get(i * m / n as usize).cloned().unwrap_or_default();
@@ -313,7 +336,7 @@ pub fn quantile_boundaries(mem: &Arc<MemTable>, n: u32) -> Vec<Vec<u8>> {
         };
         out.push(k);
     }
-    out
+    Some(out)
 }
 
 /// The tables an edit adds and deletes, by level: the edit is applied
@@ -1087,7 +1110,20 @@ impl RangeTab {
             return Ok(JobOutput::default());
         }
         if !layout.has_boundaries() {
-            let b = quantile_boundaries(mem, layout.count);
+            let Some(b) = quantile_boundaries(mem, layout.count, self.opts.memtable_size_bytes)
+            else {
+                // Too small a sample (module doc): into L1 whole, every
+                // RangeTab still empty; the boundaries wait.
+                let rt = RtView::of(v, Arc::clone(&layout))?;
+                let ssd = self.exclusive_merge(env, mem, &rt, &[0], prepared, &mut edit)?;
+                return Ok(JobOutput {
+                    edit,
+                    written: Written {
+                        ssd,
+                        ..Written::default()
+                    },
+                });
+            };
             let l = Layout::new(
                 layout.count,
                 layout.capacity_bytes,
