@@ -123,6 +123,7 @@ pub mod buffer;
 pub mod chunk;
 pub mod layout;
 pub mod picker;
+pub mod salvage;
 pub mod view;
 
 use std::collections::HashSet;
