@@ -64,13 +64,16 @@ use crate::storage::PmRegion;
 /// allocated pages), as one source each.
 pub fn salvage(region: &Arc<dyn PmRegion>, pages: &[u64]) -> Vec<Salvaged> {
     let allocated: HashSet<u64> = pages.iter().copied().collect();
+    let mut pages = pages.to_vec();
+    pages.sort_unstable();
+    pages.dedup();
     let mut out = Vec::new();
     // Byte ranges of the buffers found (their whole capacity when the
     // header verifies, else what was read), so that a page inside one is
     // not taken for a buffer of its own.
-    let mut covered: Vec<(u64, u64)> = Vec::new();
+    let mut covered = Covered::default();
     let mut unmarked = Vec::new();
-    for &page in pages {
+    for page in pages {
         let Some(base) = page.checked_mul(PAGE_SIZE_BYTES) else {
             continue;
         };
@@ -79,7 +82,7 @@ pub fn salvage(region: &Arc<dyn PmRegion>, pages: &[u64]) -> Vec<Salvaged> {
         };
         // Inside a buffer found already: its chunks' bytes (a value may
         // hold anything), not a buffer of its own.
-        if covered.iter().any(|&(lo, hi)| base > lo && base < hi) {
+        if covered.contains(base) {
             continue;
         }
         if h[0..8] != MAGIC {
@@ -89,12 +92,12 @@ pub fn salvage(region: &Arc<dyn PmRegion>, pages: &[u64]) -> Vec<Salvaged> {
         let name = format!("{} buffer at offset {base}", region.name());
         match Mirror::decode(h) {
             Some(m) => {
-                covered.push((
+                covered.add(
                     base,
                     base.saturating_add(DATA_START)
                         .saturating_add(m.capacity)
                         .min(region.len()),
-                ));
+                );
                 if m.state == State::Init {
                     continue;
                 }
@@ -141,7 +144,7 @@ pub fn salvage(region: &Arc<dyn PmRegion>, pages: &[u64]) -> Vec<Salvaged> {
                     b.name
                 ));
                 b.scan(&allocated);
-                covered.push((base, b.read_end));
+                covered.add(base, b.read_end);
                 out.push(b.finish(u32::MAX, u8::MAX));
             }
         }
@@ -149,7 +152,7 @@ pub fn salvage(region: &Arc<dyn PmRegion>, pages: &[u64]) -> Vec<Salvaged> {
     // Buffers whose header's magic is gone: a chunk at DATA_START of a
     // page that no buffer found covers.
     for base in unmarked {
-        if covered.iter().any(|&(lo, hi)| base >= lo && base < hi) {
+        if covered.contains(base) {
             continue;
         }
         let Some(at) = base.checked_add(DATA_START) else {
@@ -165,10 +168,26 @@ pub fn salvage(region: &Arc<dyn PmRegion>, pages: &[u64]) -> Vec<Salvaged> {
             b.name
         ));
         b.scan(&allocated);
-        covered.push((base, b.read_end));
+        covered.add(base, b.read_end);
         out.push(b.finish(u32::MAX, u8::MAX));
     }
     out
+}
+
+/// Disjoint byte ranges `[lo, hi)`, sorted.
+#[derive(Default)]
+struct Covered(Vec<(u64, u64)>);
+
+impl Covered {
+    fn add(&mut self, lo: u64, hi: u64) {
+        let i = self.0.partition_point(|r| r.0 <= lo);
+        self.0.insert(i, (lo, hi));
+    }
+
+    fn contains(&self, at: u64) -> bool {
+        let i = self.0.partition_point(|r| r.0 <= at);
+        i > 0 && at < self.0[i - 1].1
+    }
 }
 
 /// One buffer being read.
@@ -361,7 +380,7 @@ mod tests {
             .map(|j| {
                 let k = format!("k{:03}", (c * 3 + j * 7) % 40);
                 let s = seq + j;
-                if s % 5 == 0 {
+                if s.is_multiple_of(5) {
                     (make_internal_key(k.as_bytes(), s, Kind::Delete), Vec::new())
                 } else {
                     (
