@@ -543,20 +543,24 @@ impl CrashRig {
 
 /// Writes acknowledged with `sync: true`, then the power cut before every
 /// durability event of a flush (an append; a spill that fills and seals a
-/// buffer and goes on in its sibling) and after it, the database never
-/// closed: repair of what was durable (a chunk without its header, a
-/// header without its edit, a torn header, a WAL not yet dropped) gives
-/// every acknowledged write and nothing else.
+/// buffer and goes on in its sibling) or of a seal and merge into L1, and
+/// after it, the database never closed: repair of what was durable (a
+/// chunk without its header, a header without its edit, a torn header, a
+/// WAL not yet dropped, headers a merge left stale, orphan L1 tables)
+/// gives every acknowledged write and nothing else (every key is written
+/// once: nothing a stale buffer holds can resurface).
 #[test]
-fn rangetab_repair_after_a_crash_in_a_flush() {
+fn rangetab_repair_after_a_crash_in_a_flush_or_merge() {
     // (capacity, rounds of 300 ops, pending ops). A round puts about 5 KiB
     // into each RangeTab: 3 rounds and 300 more ops fit 256 KiB buffers
     // (the flush appends), but overflow 20 KiB ones (the flush spills: the
     // older entries fill the write buffer, which is sealed, the newer go
-    // to its sibling).
-    for (capacity, rounds, pending, spill) in [
-        (256u64 << 10, 3u32, 300u32, false),
-        (20 << 10, 3, 300, true),
+    // to its sibling). `merge`: the operation is a `compact_range` that
+    // seals and merges both RangeTabs' buffers into L1 instead.
+    for (capacity, rounds, pending, spill, merge) in [
+        (256u64 << 10, 3u32, 300u32, false, false),
+        (20 << 10, 3, 300, true, false),
+        (256 << 10, 3, 300, false, true),
     ] {
         let run = |arm: u64, evictions: Option<u64>| -> u64 {
             let rig = CrashRig::new(capacity);
@@ -583,9 +587,13 @@ fn rangetab_repair_after_a_crash_in_a_flush() {
             };
             assert_eq!(spills(), 0, "a spill before the flush");
             rig.cd.arm(arm);
-            let _ = db.flush();
+            let _ = if merge {
+                db.compact_range(Some(&key(400)), Some(&key(1_100)))
+            } else {
+                db.flush()
+            };
             let events = rig.cd.events.load(std::sync::atomic::Ordering::SeqCst);
-            if arm == u64::MAX {
+            if arm == u64::MAX && !merge {
                 assert_eq!(spills() > 0, spill, "capacity {capacity}: spills");
             }
             rig.cd.power.lock().cut();
@@ -596,7 +604,10 @@ fn rangetab_repair_after_a_crash_in_a_flush() {
             });
             drop(db);
             let o = || rangetab_options(Arc::new(fs.clone()), sim.clone(), capacity);
-            let what = format!("capacity {capacity}, crash before event {arm} of a flush");
+            let what = format!(
+                "capacity {capacity}, crash before event {arm} of a {}",
+                if merge { "merge" } else { "flush" }
+            );
             let report = Db::repair(dir(), o()).unwrap_or_else(|e| panic!("{what}: repair: {e}"));
             assert!(
                 report
@@ -605,6 +616,17 @@ fn rangetab_repair_after_a_crash_in_a_flush() {
                     .any(|s| s.kind == SourceKind::PmRangeTab && s.entries > 0),
                 "{what}: {report}"
             );
+            if merge && arm == u64::MAX {
+                // The merge's L1 tables and the buffers whose headers it
+                // left stale are both read.
+                assert!(
+                    report
+                        .sources
+                        .iter()
+                        .any(|s| s.kind == SourceKind::Sst && s.entries > 0),
+                    "{what}: {report}"
+                );
+            }
             let db = Db::open(dir(), o()).unwrap_or_else(|e| panic!("{what}: open: {e}"));
             let got = contents(&db);
             if got != model {
@@ -620,7 +642,7 @@ fn rangetab_repair_after_a_crash_in_a_flush() {
             events
         };
         let total = run(u64::MAX, None);
-        assert!(total > 3, "a flush of only {total} durability events");
+        assert!(total > 3, "only {total} durability events");
         for n in 0..=total {
             run(n, (n % 2 == 1).then_some(n * 7919 + 1));
         }
