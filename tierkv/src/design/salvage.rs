@@ -13,7 +13,8 @@
 //! |---|---|
 //! | `classic`, `vlsm` | none |
 //! | `triangle`, `matrix` | the RowTables ([`super::container::salvage`]) |
-//! | `rangetab`, `nvcache`, `tlsm` | not yet: repair refuses them before touching anything |
+//! | `rangetab` | the RangeTab buffers: each chunk that verifies, up to the header's used bytes ([`super::rangetab::salvage`]) |
+//! | `nvcache`, `tlsm` | not yet: repair refuses them before touching anything |
 
 use std::sync::Arc;
 
@@ -33,16 +34,20 @@ pub enum SourceKind {
     PmWal,
     /// A RowTable in the PM region (`triangle`, `matrix`).
     PmRow,
+    /// A RangeTab buffer in the PM region (`rangetab`).
+    PmRangeTab,
 }
 
 impl SourceKind {
-    /// What it is, in words ("table", "WAL", "PM WAL", "PM row").
+    /// What it is, in words ("table", "WAL", "PM WAL", "PM row",
+    /// "RangeTab buffer").
     pub fn name(self) -> &'static str {
         match self {
             SourceKind::Sst => "table",
             SourceKind::Wal => "WAL",
             SourceKind::PmWal => "PM WAL",
             SourceKind::PmRow => "PM row",
+            SourceKind::PmRangeTab => "RangeTab buffer",
         }
     }
 }
@@ -71,7 +76,8 @@ pub struct Salvaged {
 pub fn can_salvage(design: Preset) -> bool {
     match design {
         Preset::Classic | Preset::Vlsm | Preset::Triangle | Preset::Matrix => true,
-        Preset::RangeTab | Preset::NvCache | Preset::Tlsm => false,
+        Preset::RangeTab => true,
+        Preset::NvCache | Preset::Tlsm => false,
     }
 }
 
@@ -82,6 +88,7 @@ pub fn salvage_pm(design: Preset, region: &Arc<dyn PmRegion>, pages: &[u64]) -> 
     match design {
         Preset::Classic | Preset::Vlsm => Vec::new(),
         Preset::Triangle | Preset::Matrix => super::container::salvage::rows(region, pages),
-        Preset::RangeTab | Preset::NvCache | Preset::Tlsm => Vec::new(),
+        Preset::RangeTab => super::rangetab::salvage::salvage(region, pages),
+        Preset::NvCache | Preset::Tlsm => Vec::new(),
     }
 }

@@ -131,6 +131,7 @@ pub mod chunk;
 pub mod inspect;
 pub mod layout;
 pub mod picker;
+pub mod salvage;
 pub mod view;
 
 use std::collections::HashSet;
