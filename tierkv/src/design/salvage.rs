@@ -13,7 +13,8 @@
 //! |---|---|
 //! | `classic`, `vlsm` | none |
 //! | `triangle`, `matrix` | the RowTables ([`super::container::salvage`]) |
-//! | `rangetab`, `nvcache`, `tlsm` | not yet: repair refuses them before touching anything |
+//! | `nvcache` | the completed NVTables (offset arrays) and the logs (active NVTables; there is no WAL) ([`super::nvcache::salvage`]) |
+//! | `rangetab`, `tlsm` | not yet: repair refuses them before touching anything |
 
 use std::sync::Arc;
 
@@ -33,16 +34,25 @@ pub enum SourceKind {
     PmWal,
     /// A RowTable in the PM region (`triangle`, `matrix`).
     PmRow,
+    /// A completed NVTable in the PM region (`nvcache`): an offset array
+    /// over nodes in segments.
+    NvTable,
+    /// An NVTable log in the PM region (`nvcache`): the node list of an
+    /// active NVTable, which is the design's write-ahead log.
+    NvLog,
 }
 
 impl SourceKind {
-    /// What it is, in words ("table", "WAL", "PM WAL", "PM row").
+    /// What it is, in words ("table", "WAL", "PM WAL", "PM row",
+    /// "NVTable", "NVTable log").
     pub fn name(self) -> &'static str {
         match self {
             SourceKind::Sst => "table",
             SourceKind::Wal => "WAL",
             SourceKind::PmWal => "PM WAL",
             SourceKind::PmRow => "PM row",
+            SourceKind::NvTable => "NVTable",
+            SourceKind::NvLog => "NVTable log",
         }
     }
 }
@@ -70,8 +80,10 @@ pub struct Salvaged {
 /// so its next open would give the unread structures' pages back.
 pub fn can_salvage(design: Preset) -> bool {
     match design {
-        Preset::Classic | Preset::Vlsm | Preset::Triangle | Preset::Matrix => true,
-        Preset::RangeTab | Preset::NvCache | Preset::Tlsm => false,
+        Preset::Classic | Preset::Vlsm | Preset::Triangle | Preset::Matrix | Preset::NvCache => {
+            true
+        }
+        Preset::RangeTab | Preset::Tlsm => false,
     }
 }
 
@@ -82,6 +94,7 @@ pub fn salvage_pm(design: Preset, region: &Arc<dyn PmRegion>, pages: &[u64]) -> 
     match design {
         Preset::Classic | Preset::Vlsm => Vec::new(),
         Preset::Triangle | Preset::Matrix => super::container::salvage::rows(region, pages),
-        Preset::RangeTab | Preset::NvCache | Preset::Tlsm => Vec::new(),
+        Preset::NvCache => super::nvcache::salvage::salvage(region, pages),
+        Preset::RangeTab | Preset::Tlsm => Vec::new(),
     }
 }

@@ -124,6 +124,7 @@ pub mod compact;
 pub mod format;
 pub mod log;
 pub mod picker;
+pub mod salvage;
 pub mod table;
 
 use std::collections::HashMap;
