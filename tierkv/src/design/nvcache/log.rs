@@ -857,8 +857,10 @@ pub struct SalvagedLog {
     pub sealed: Option<u32>,
     /// The nodes read, in seqno order: whole groups only.
     pub nodes: Vec<WalkedNode>,
-    /// The damage met (each `Error::Corruption` naming the offset). Empty:
-    /// [`walk`] would have returned the same nodes.
+    /// The damage met (each `Error::Corruption` naming the offset), and an
+    /// unsealed log's torn tail (an append a crash cut, or damage to its
+    /// last group: they cannot be told apart). Empty: [`walk`] returns the
+    /// same nodes, and the list ended at a zero link.
     pub problems: Vec<Error>,
 }
 
@@ -878,6 +880,11 @@ pub struct SalvagedLog {
 ///   link words are outside every checksum, so a damaged `next` or `prev`
 ///   word does not cost the nodes after it. A stale node of a reused page
 ///   cannot pass for it: it is older than the log's first node.
+///
+/// An unsealed log's torn tail — a link to a node that does not check
+/// with nothing published after it, an incomplete trailing group — ends
+/// it as in `walk`, but is named in `problems`: it is also what damage to
+/// the last group looks like.
 ///
 /// Damage in a node itself ends the walk there: the rest of the log is
 /// not read (group boundaries cannot be told after a lost node), and the
@@ -1049,6 +1056,10 @@ fn walk_chain(
                         let what = match &stop {
                             Ok(None) => format!("a zero link at {link}"),
                             Ok(Some((to, why))) => format!("the link at {link} to {to} ({why})"),
+                            Err(Error::Corruption { what, .. }) => what
+                                .strip_prefix(&format!("NVTable log {number}: "))
+                                .unwrap_or(what)
+                                .to_string(),
                             Err(e) => e.to_string(),
                         };
                         problems.push(bad(
@@ -1100,6 +1111,15 @@ fn walk_chain(
                 }
                 if let Some((at, why)) = why {
                     torn(at, &why);
+                    // Salvage: named, as repair names a WAL's torn tail.
+                    if let Some(problems) = salvage.as_deref_mut() {
+                        problems.push(bad(
+                            at,
+                            format!(
+                                "the list ends at {at} ({why}): a torn tail (an append the crash cut, never acknowledged) or damage to the last group"
+                            ),
+                        ));
+                    }
                 }
                 break;
             }
@@ -1155,6 +1175,15 @@ fn walk_chain(
                 "; its publish raced the crash"
             }
         );
+        if let Some(problems) = salvage.as_deref_mut() {
+            problems.push(bad(
+                nodes.get(group_start).map_or(locator, |n| n.at),
+                format!(
+                    "incomplete trailing group of {group_size} entries ({} found) dropped: an append the crash cut (never acknowledged) or damage",
+                    nodes.len() - group_start
+                ),
+            ));
+        }
         nodes.truncate(group_start);
     }
     Ok(())

@@ -99,6 +99,26 @@ pub fn salvage(region: &Arc<dyn PmRegion>, pages: &[u64]) -> Vec<Salvaged> {
                     )],
                 }),
             }
+        } else if let Some(what) = [
+            (&TABLE_MAGIC, "an offset array"),
+            (&SEGMENT_MAGIC, "a segment"),
+        ]
+        .into_iter()
+        .find_map(|(m, what)| near(magic, m).then_some(what))
+        {
+            // An allocated page whose first bytes miss a magic by a byte or
+            // two: a header damaged where its checksum cannot even be
+            // looked for. Named, so that what it held is not lost silently.
+            out.push(Salvaged {
+                kind: SourceKind::NvLog,
+                name: format!("{} page at offset {at}", region.name()),
+                entries: None,
+                seq_max: 0,
+                problems: vec![format!(
+                    "NVTable structure at offset {at}: the page starts with {:?}, a damaged magic of {what}? Not read",
+                    String::from_utf8_lossy(magic)
+                )],
+            });
         }
     }
     for (at, number) in logs {
@@ -107,12 +127,18 @@ pub fn salvage(region: &Arc<dyn PmRegion>, pages: &[u64]) -> Vec<Salvaged> {
     out
 }
 
+/// Whether `bytes` differ from `magic` in one or two bytes.
+fn near(bytes: &[u8], magic: &[u8; 8]) -> bool {
+    let differ = bytes.iter().zip(magic).filter(|(a, b)| a != b).count();
+    bytes.len() == magic.len() && (1..=2).contains(&differ)
+}
+
 /// The completed table whose array run starts at `page`.
 fn table(region: &Arc<dyn PmRegion>, page: u64) -> (Salvaged, Option<Opened>) {
     let at = page * PAGE;
     let mut found = Salvaged {
         kind: SourceKind::NvTable,
-        name: format!("{} NVTable at offset {at}", region.name()),
+        name: format!("{} at offset {at}", region.name()),
         entries: None,
         seq_max: 0,
         problems: Vec::new(),
@@ -126,7 +152,7 @@ fn table(region: &Arc<dyn PmRegion>, page: u64) -> (Salvaged, Option<Opened>) {
             return (found, None);
         }
     };
-    found.name = format!("{} NVTable {} at offset {at}", region.name(), h.id);
+    found.name = format!("{} table {} at offset {at}", region.name(), h.id);
     found.seq_max = h.seq_max;
     // Every entry as the reader reads it; an entry that does not verify
     // (or breaks the order) is skipped.
@@ -472,5 +498,185 @@ impl InternalIterator for NodeIter {
             Some(e) => Err(e.clone()),
             None => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{HashMap, HashSet};
+    use std::time::Duration;
+
+    use rand::rngs::SmallRng;
+    use rand::{Rng, SeedableRng};
+
+    use super::*;
+    use crate::batch::WriteBatch;
+    use crate::design::nvcache::log::{create, Logs, Space};
+    use crate::design::nvcache::table::TableBuild;
+    use crate::key::Kind;
+    use crate::storage::pm::PmTier;
+    use crate::storage::sim::SimRegion;
+    use crate::wal::LogWriter;
+
+    /// What was written, by seqno: kind, user key, value.
+    type Written = HashMap<SeqNo, (Kind, Vec<u8>, Vec<u8>)>;
+
+    /// Log 3, sealed and flushed (table 9, built as the flush builds it),
+    /// and log 4, not sealed: the image a crash leaves. Overwrites and
+    /// deletes across both. Returns the image, its allocated pages and
+    /// what was written.
+    fn image() -> (Arc<SimRegion>, Vec<u64>, Written) {
+        let sim = Arc::new(SimRegion::new(256 << 10));
+        let region: Arc<dyn PmRegion> = sim.clone();
+        let tier = Arc::new(PmTier::open(Arc::clone(&region), false).unwrap());
+        let space = Arc::new(Space {
+            region: Arc::clone(&region),
+            tier: Arc::clone(&tier),
+            segment_pages: 2,
+        });
+        let logs = Logs::default();
+        let mut written = Written::new();
+        let mut seq = 1;
+        let mut open = None;
+        for number in [3, 4] {
+            let (mut w, _) = create(&space, &logs, number, false).unwrap();
+            for g in 0..30u64 {
+                let mut b = WriteBatch::new();
+                let n = 1 + g % 3;
+                for j in 0..n {
+                    let k = format!("k{:02}", (g * 7 + j + number) % 23).into_bytes();
+                    if (g + j) % 5 == 0 {
+                        b.delete(&k);
+                        written.insert(seq + j, (Kind::Delete, k, Vec::new()));
+                    } else {
+                        let v = vec![(g + j) as u8; 300 + 37 * j as usize];
+                        b.put(&k, &v);
+                        written.insert(seq + j, (Kind::Put, k, v));
+                    }
+                }
+                b.set_seqno(seq);
+                seq += n;
+                w.add_record(b.encoded()).unwrap();
+            }
+            if number == 4 {
+                open = Some(w);
+                continue;
+            }
+            w.seal().unwrap();
+            let shared = logs.get(3).unwrap();
+            let st = shared.state.lock();
+            let mut segs = st.segments.clone();
+            segs.sort_unstable();
+            let mut nodes: Vec<Node<'_>> = st
+                .offsets
+                .iter()
+                .map(|&at| Node::read(sim.as_ref(), at, 0, sim.len()).unwrap())
+                .collect();
+            nodes.sort_by(|a, b| a.key.cmp(b.key).then(b.tag.cmp(&a.tag)));
+            let mut build = TableBuild::with_capacity(nodes.len());
+            for s in &segs {
+                build.include(*s);
+            }
+            for n in &nodes {
+                let seg = *segs
+                    .iter()
+                    .find(|r| r.first * PAGE <= n.at && n.at < (r.first + r.count) * PAGE)
+                    .unwrap();
+                build.push(n.at, n.size(), seg, n.key, n.tag);
+            }
+            build.finish(&space, 9, Duration::ZERO).unwrap().unwrap();
+        }
+        let alloc = tier.allocator();
+        let pages = (alloc.data_start_page()..alloc.total_pages())
+            .filter(|&p| alloc.is_allocated(p))
+            .collect();
+        // The crash: log 4's writer never retired (its drop would seal).
+        let image = Arc::new(sim.crash());
+        drop(open);
+        (image, pages, written)
+    }
+
+    /// Reads every source whole; checks that each entry is one written,
+    /// with its key, kind and value, in internal-key order. Returns the
+    /// seqnos read and the problems.
+    fn drain(sim: &Arc<SimRegion>, pages: &[u64], written: &Written) -> (HashSet<SeqNo>, usize) {
+        let region: Arc<dyn PmRegion> = sim.clone();
+        let mut seen = HashSet::new();
+        let mut problems = 0;
+        for s in salvage(&region, pages) {
+            problems += s.problems.len();
+            let Some(mut it) = s.entries else {
+                continue;
+            };
+            it.seek_to_first();
+            let mut prev: Option<Vec<u8>> = None;
+            while it.valid() {
+                let k = it.key().to_vec();
+                let p = key::parse_internal_key(&k).unwrap();
+                let (kind, uk, v) = written
+                    .get(&p.seq)
+                    .unwrap_or_else(|| panic!("{}: seqno {} never written", s.name, p.seq));
+                assert_eq!((p.kind, p.user_key, it.value()), (*kind, &uk[..], &v[..]));
+                if let Some(q) = &prev {
+                    assert!(key::compare_internal(q, &k).is_lt(), "{}: order", s.name);
+                }
+                assert!(p.seq <= s.seq_max);
+                seen.insert(p.seq);
+                prev = Some(k);
+                it.next();
+            }
+        }
+        (seen, problems)
+    }
+
+    #[test]
+    fn salvage_reads_the_table_and_the_log_it_does_not_hold() {
+        let (sim, pages, written) = image();
+        assert!(pages.len() > 10, "logs of several segments: {pages:?}");
+        let region: Arc<dyn PmRegion> = sim.clone();
+        let found = salvage(&region, &pages);
+        let kinds: Vec<(SourceKind, bool)> = found
+            .iter()
+            .map(|s| (s.kind, s.entries.is_some()))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                (SourceKind::NvTable, true),
+                (SourceKind::NvLog, false),
+                (SourceKind::NvLog, true)
+            ],
+            "table 9; log 3, which it holds; log 4"
+        );
+        assert!(found[1].name.contains("log 3 ") && found[1].name.contains("NVTable 9"));
+        let (seen, problems) = drain(&sim, &pages, &written);
+        assert_eq!(problems, 0);
+        assert_eq!(seen.len(), written.len(), "every entry, each once");
+    }
+
+    /// Random damage (1 to 3 bytes) never panics, never gives an entry
+    /// that was not written as it was, and never loses one without naming
+    /// a problem. (Run with 60,000 images and other seeds while writing
+    /// this: the last rule found the damaged magic of a log's segment 0,
+    /// now named.)
+    #[test]
+    fn salvage_of_damaged_images_returns_only_what_was_written() {
+        let (sim, pages, written) = image();
+        let mut rng = SmallRng::seed_from_u64(11);
+        let mut lost = 0;
+        for _ in 0..400 {
+            let r = Arc::new(sim.crash());
+            for _ in 0..rng.gen_range(1..4) {
+                let page = pages[rng.gen_range(0..pages.len())];
+                let at = page * PAGE + rng.gen_range(0..PAGE);
+                r.corrupt(at, rng.gen_range(1..=255)).unwrap();
+            }
+            let (seen, problems) = drain(&r, &pages, &written);
+            if seen.len() < written.len() {
+                assert!(problems > 0, "entries lost without a problem");
+                lost += 1;
+            }
+        }
+        assert!(lost > 0);
     }
 }
