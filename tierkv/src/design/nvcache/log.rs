@@ -1175,7 +1175,7 @@ fn walk_chain(
                 "; its publish raced the crash"
             }
         );
-        if let Some(problems) = salvage.as_deref_mut() {
+        if let Some(problems) = &mut salvage {
             problems.push(bad(
                 nodes.get(group_start).map_or(locator, |n| n.at),
                 format!(
