@@ -57,7 +57,7 @@ use crate::version::edit::{TableFormat, TableMeta};
 
 const PAGE: u64 = PAGE_SIZE_BYTES;
 
-/// Skipped entries named one by one per table; the rest are counted.
+/// Problems named one by one per structure; the rest are counted.
 const LISTED: usize = 8;
 
 /// A completed table that opened: its reader and its header's largest
@@ -320,12 +320,22 @@ fn read_log(region: &Arc<dyn PmRegion>, at: u64, number: u64, tables: &[Opened])
     };
     match log::walk_salvage(region.as_ref(), at, number) {
         Ok(walked) => {
+            // A log whose links a compaction rewrote (its table lost) is
+            // walked past each of them: one problem per node.
+            let n = walked.problems.len();
             found.problems.extend(
                 walked
                     .problems
                     .iter()
+                    .take(LISTED)
                     .map(|e| format!("NVTable log {number} at offset {at}: {e}")),
             );
+            if n > LISTED {
+                found.problems.push(format!(
+                    "NVTable log {number} at offset {at}: {} more problems ({n} in all)",
+                    n - LISTED
+                ));
+            }
             let mut nodes = walked.nodes;
             nodes.sort_by(|a, b| key::compare_internal(&a.ikey, &b.ikey));
             found.seq_max = nodes
