@@ -9,6 +9,12 @@ use std::sync::Arc;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tierkv::db::repair::SourceKind;
+use tierkv::design::nvcache::format::{
+    read_table_header, Node, SegmentHeader, SegmentKind, TableHeader, NODE_NEXT, SEGMENT_MAGIC,
+    TABLE_HEADER_BYTES, TABLE_MAGIC,
+};
+use tierkv::design::nvcache::log::walk;
+use tierkv::storage::alloc::{PageAllocator, PageRun};
 use tierkv::storage::mem::MemFs;
 use tierkv::storage::sim::SimRegion;
 use tierkv::storage::{FileSystem, PmRegion};
@@ -295,7 +301,7 @@ fn repair_of_a_directory_without_a_database_is_refused() {
 /// anything changes: rebuilding without them would drop their data.
 #[test]
 fn repair_refuses_designs_whose_pm_structures_it_cannot_read() {
-    for design in [Preset::Tlsm, Preset::NvCache] {
+    for design in [Preset::Tlsm] {
         let fs = MemFs::new();
         let sim = Arc::new(SimRegion::new(PM_BYTES));
         let db = Db::open(dir(), options(design, &fs, Some(&sim), 1)).expect("open");
@@ -647,4 +653,225 @@ fn rangetab_repair_after_a_crash_in_a_flush_or_merge() {
             run(n, (n % 2 == 1).then_some(n * 7919 + 1));
         }
     }
+}
+
+// NV-Cache: the NVTables (offset arrays over nodes in segments) and the
+// logs (the active NVTables: the design has no WAL).
+
+const PAGE: u64 = 4096;
+
+fn nv_options(fs: &MemFs, sim: &Arc<SimRegion>) -> Options {
+    options(Preset::NvCache, fs, Some(sim), 1)
+}
+
+fn has_source(r: &tierkv::RepairReport, kind: SourceKind) -> bool {
+    r.sources.iter().any(|s| s.kind == kind && s.entries > 0)
+}
+
+#[test]
+fn nvcache_repair_reads_nvtables_and_logs() {
+    let r = damage_repair_reopen(Preset::NvCache, 1, true, &flip_in_manifest);
+    // Flushed tables, and the last memtable's log (sealed by the close).
+    assert!(has_source(&r, SourceKind::NvTable), "{r}");
+    assert!(has_source(&r, SourceKind::NvLog), "{r}");
+    assert!(r.is_complete(), "{r}");
+    assert!(r.kept_in_lost.iter().any(|n| n == "pm.region"));
+}
+
+/// Allocated pages of the region that start with `magic`.
+fn allocated_with(sim: &Arc<SimRegion>, magic: &[u8]) -> Vec<u64> {
+    let region: Arc<dyn PmRegion> = sim.clone();
+    let alloc = PageAllocator::open(Arc::clone(&region)).expect("allocator");
+    (alloc.data_start_page()..alloc.total_pages())
+        .filter(|&p| alloc.is_allocated(p) && region.slice(p * PAGE, 8).ok() == Some(magic))
+        .collect()
+}
+
+/// The completed tables in the region: (array offset, header).
+fn nv_tables(sim: &Arc<SimRegion>) -> Vec<(u64, TableHeader)> {
+    let total = sim.len() / PAGE;
+    allocated_with(sim, &TABLE_MAGIC)
+        .into_iter()
+        .filter_map(|p| {
+            let run = PageRun {
+                first: p,
+                count: total - p,
+            };
+            Some((p * PAGE, read_table_header(sim.as_ref(), run).ok()?))
+        })
+        .collect()
+}
+
+/// The newest log in the region: (segment 0 offset, log number).
+fn newest_log(sim: &Arc<SimRegion>) -> (u64, u64) {
+    allocated_with(sim, &SEGMENT_MAGIC)
+        .into_iter()
+        .filter_map(|p| {
+            let h = SegmentHeader::read(sim.as_ref(), p * PAGE).ok()?;
+            (h.kind == SegmentKind::Log && h.index == 0).then_some((p * PAGE, h.owner))
+        })
+        .max_by_key(|&(_, n)| n)
+        .expect("a log")
+}
+
+/// Puts of `key(i)` for `range`, each key written once.
+fn put_unique(db: &Db, range: std::ops::Range<u32>, model: &mut Model) {
+    for i in range {
+        let v = format!("v{i}-").repeat(1 + i as usize % 30).into_bytes();
+        let mut b = WriteBatch::new();
+        b.put(&key(i), &v);
+        db.write(b, &WriteOptions { sync: true }).expect("write");
+        model.insert(key(i), v);
+    }
+}
+
+/// Flips one byte of the region, durably.
+fn flip(sim: &SimRegion, at: u64) {
+    let b = sim.slice(at, 1).expect("in the region")[0];
+    sim.write(at, &[b ^ 0x55]).expect("write");
+    sim.persist(at, 1).expect("persist");
+}
+
+/// A byte flipped in a node a table lists, in the middle of the last log's
+/// list (a node's value, a link word), or in an array: repair succeeds,
+/// names the damage's offset, and every key it gives back has its value;
+/// only keys whose one copy was in (or, in a log, after) the damage may
+/// be missing.
+#[test]
+fn nvcache_repair_of_damaged_nvtable_structures() {
+    for case in ["table node", "log node", "log link", "array"] {
+        let fs = MemFs::new();
+        let sim = Arc::new(SimRegion::new(PM_BYTES));
+        let mut model = Model::new();
+        {
+            let db = Db::open(dir(), nv_options(&fs, &sim)).expect("open");
+            put_unique(&db, 0..3_000, &mut model);
+            db.flush().expect("flush");
+            put_unique(&db, 3_000..3_600, &mut model);
+            db.close().expect("close");
+        }
+        let region: &dyn PmRegion = sim.as_ref();
+        // (offset named in the report, keys that may go missing)
+        let (named, may_miss): (u64, Vec<Vec<u8>>) = match case {
+            "table node" | "array" => {
+                let (at, h) = nv_tables(&sim)
+                    .into_iter()
+                    .max_by_key(|(_, h)| h.n)
+                    .expect("a table");
+                let o = region
+                    .load_u64(at + TABLE_HEADER_BYTES + 8 * (h.n / 2))
+                    .expect("offset");
+                let node = Node::read(region, o, 0, region.len()).expect("node");
+                let k = node.key.to_vec();
+                if case == "array" {
+                    // The array's body: the table cannot be opened. Its
+                    // nodes may still be read from its log, if it is one.
+                    let all = (0..h.n)
+                        .map(|i| {
+                            let o = region.load_u64(at + TABLE_HEADER_BYTES + 8 * i).unwrap();
+                            Node::read(region, o, 0, region.len()).unwrap().key.to_vec()
+                        })
+                        .collect();
+                    flip(&sim, at + TABLE_HEADER_BYTES + 8 * (h.n / 2) + 3);
+                    (at, all)
+                } else {
+                    flip(&sim, node.value_at() + node.vlen as u64 / 2);
+                    (o, vec![k])
+                }
+            }
+            _ => {
+                let (at, number) = newest_log(&sim);
+                let (_, nodes) = walk(region, at, number).expect("an undamaged log");
+                assert!(nodes.len() > 100, "{} nodes in the last log", nodes.len());
+                let mid = nodes.len() / 2;
+                let n = Node::read(region, nodes[mid].at, 0, region.len()).expect("node");
+                let after: Vec<Vec<u8>> = nodes[mid..]
+                    .iter()
+                    .map(|w| w.ikey[..w.ikey.len() - 8].to_vec())
+                    .collect();
+                if case == "log node" {
+                    flip(&sim, n.value_at() + 1);
+                    (n.at, after)
+                } else {
+                    // The link word, outside every checksum: nothing lost.
+                    flip(&sim, nodes[mid - 1].at + NODE_NEXT + 1);
+                    (nodes[mid - 1].at + NODE_NEXT, Vec::new())
+                }
+            }
+        };
+        flip_in_manifest(&fs);
+        let report = Db::repair(dir(), nv_options(&fs, &sim)).expect("repair");
+        eprintln!("{case}: {report}");
+        assert!(!report.is_complete(), "{case}: {report}");
+        let offset = named.to_string();
+        assert!(
+            report.problems.iter().any(|p| p.contains(&offset)),
+            "{case}: no problem names offset {named}: {report}"
+        );
+        let db = Db::open(dir(), nv_options(&fs, &sim)).expect("open after repair");
+        let got = contents(&db);
+        for (k, v) in &got {
+            assert_eq!(model.get(k), Some(v), "{case}: a key with a wrong value");
+        }
+        let missing: Vec<&Vec<u8>> = model.keys().filter(|k| !got.contains_key(*k)).collect();
+        for k in &missing {
+            assert!(may_miss.contains(k), "{case}: {k:?} lost");
+        }
+        match case {
+            "table node" => assert_eq!(missing.len(), 1, "{case}"),
+            "log node" => assert!(!missing.is_empty(), "{case}"),
+            "log link" => assert!(missing.is_empty(), "{case}"),
+            _ => {}
+        }
+        db.close().expect("close");
+    }
+}
+
+/// A crash (no close: the last log unsealed, no seal, background work
+/// where it was): repair of the durable images gives back every write,
+/// each acknowledged after its sync, and nothing else.
+#[test]
+fn nvcache_repair_of_a_crash_image() {
+    let fs = MemFs::new();
+    let sim = Arc::new(SimRegion::new(PM_BYTES));
+    let db = Db::open(dir(), nv_options(&fs, &sim)).expect("open");
+    let mut rng = SmallRng::seed_from_u64(5);
+    let mut model = Model::new();
+    for op in 0..7_000u32 {
+        let k = key(rng.gen_range(0..1_500));
+        let mut b = WriteBatch::new();
+        if op % 9 == 4 {
+            b.delete(&k);
+            model.remove(&k);
+        } else {
+            let v = format!("{op}-").repeat(rng.gen_range(1..40)).into_bytes();
+            b.put(&k, &v);
+            model.insert(k, v);
+        }
+        db.write(b, &WriteOptions { sync: true }).expect("write");
+        if op % 2_500 == 2_499 {
+            db.flush().expect("flush");
+        }
+    }
+    let crashed_sim = Arc::new(sim.crash());
+    let crashed_fs = fs.crash();
+    drop(db);
+    let (at, number) = newest_log(&crashed_sim);
+    assert_eq!(
+        crashed_sim.load_u64(at + 56).expect("seal word"),
+        0,
+        "log {number} is not sealed after a crash"
+    );
+    let report = Db::repair(dir(), nv_options(&crashed_fs, &crashed_sim)).expect("repair");
+    eprintln!("{report}");
+    assert!(has_source(&report, SourceKind::NvTable), "{report}");
+    assert!(
+        report.sources.iter().any(|s| s.kind == SourceKind::NvLog
+            && s.entries > 0
+            && s.name.contains(&format!("log {number} "))),
+        "{report}"
+    );
+    let db = Db::open(dir(), nv_options(&crashed_fs, &crashed_sim)).expect("open after repair");
+    assert_eq!(contents(&db), model, "data after repair of a crash");
+    db.close().expect("close");
 }

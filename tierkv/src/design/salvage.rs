@@ -14,7 +14,8 @@
 //! | `classic`, `vlsm` | none |
 //! | `triangle`, `matrix` | the RowTables ([`super::container::salvage`]) |
 //! | `rangetab` | the RangeTab buffers: each chunk that verifies, up to the header's used bytes ([`super::rangetab::salvage`]) |
-//! | `nvcache`, `tlsm` | not yet: repair refuses them before touching anything |
+//! | `nvcache` | the completed NVTables (offset arrays) and the logs (active NVTables; there is no WAL) ([`super::nvcache::salvage`]) |
+//! | `tlsm` | not yet: repair refuses it before touching anything |
 
 use std::sync::Arc;
 
@@ -36,11 +37,17 @@ pub enum SourceKind {
     PmRow,
     /// A RangeTab buffer in the PM region (`rangetab`).
     PmRangeTab,
+    /// A completed NVTable in the PM region (`nvcache`): an offset array
+    /// over nodes in segments.
+    NvTable,
+    /// An NVTable log in the PM region (`nvcache`): the node list of an
+    /// active NVTable, which is the design's write-ahead log.
+    NvLog,
 }
 
 impl SourceKind {
     /// What it is, in words ("table", "WAL", "PM WAL", "PM row",
-    /// "RangeTab buffer").
+    /// "RangeTab buffer", "NVTable", "NVTable log").
     pub fn name(self) -> &'static str {
         match self {
             SourceKind::Sst => "table",
@@ -48,6 +55,8 @@ impl SourceKind {
             SourceKind::PmWal => "PM WAL",
             SourceKind::PmRow => "PM row",
             SourceKind::PmRangeTab => "RangeTab buffer",
+            SourceKind::NvTable => "NVTable",
+            SourceKind::NvLog => "NVTable log",
         }
     }
 }
@@ -76,8 +85,8 @@ pub struct Salvaged {
 pub fn can_salvage(design: Preset) -> bool {
     match design {
         Preset::Classic | Preset::Vlsm | Preset::Triangle | Preset::Matrix => true,
-        Preset::RangeTab => true,
-        Preset::NvCache | Preset::Tlsm => false,
+        Preset::RangeTab | Preset::NvCache => true,
+        Preset::Tlsm => false,
     }
 }
 
@@ -89,6 +98,7 @@ pub fn salvage_pm(design: Preset, region: &Arc<dyn PmRegion>, pages: &[u64]) -> 
         Preset::Classic | Preset::Vlsm => Vec::new(),
         Preset::Triangle | Preset::Matrix => super::container::salvage::rows(region, pages),
         Preset::RangeTab => super::rangetab::salvage::salvage(region, pages),
-        Preset::NvCache | Preset::Tlsm => Vec::new(),
+        Preset::NvCache => super::nvcache::salvage::salvage(region, pages),
+        Preset::Tlsm => Vec::new(),
     }
 }

@@ -654,6 +654,27 @@ impl Chain {
         Ok(node)
     }
 
+    /// The node the writer placed after `x` (rule 1), if one checks there:
+    /// both checksums, a group size, the seqno after `x`'s. Its link words
+    /// are not looked at (`walk_salvage`: they may be the damage).
+    fn placed_successor<'a>(
+        &self,
+        region: &'a dyn PmRegion,
+        x: Placed,
+    ) -> Option<(Node<'a>, u64, usize)> {
+        self.next_positions(Some(x))
+            .into_iter()
+            .flatten()
+            .find_map(|(at, seg)| {
+                let lo = self.nodes_start(seg)?;
+                let n = Node::read(region, at, lo, self.seg_end(seg)).ok()?;
+                let ok = n.group > 0
+                    && n.seq() == x.seq.checked_add(1)?
+                    && n.value(region, true).is_ok();
+                ok.then_some((n, at, seg))
+            })
+    }
+
     /// Whether published nodes follow the end of the list after `x` in an
     /// unsealed log (module doc, "Recovery", rule 4): scans the bytes after
     /// `x` — the rest of its segment and the later segments of the chain,
@@ -685,7 +706,16 @@ impl Chain {
 }
 
 /// Reads the chain of log `number` from `locator` (see [`walk_segments`]).
-fn read_chain(region: &dyn PmRegion, locator: u64, number: u64) -> Result<Chain> {
+/// With `salvage`, damage after the first segment's header — a damaged
+/// seal, a sealed log's chain link to an invalid segment, a chain that
+/// loops — is recorded there instead of failing: the seal is then ignored
+/// (the log is read as unsealed) and the chain ends before the bad link.
+fn read_chain(
+    region: &dyn PmRegion,
+    locator: u64,
+    number: u64,
+    mut salvage: Option<&mut Vec<Error>>,
+) -> Result<Chain> {
     let first = SegmentHeader::read(region, locator)?;
     if first.owner != number || first.index != 0 || first.kind != SegmentKind::Log {
         return Err(Error::corruption(
@@ -697,7 +727,13 @@ fn read_chain(region: &dyn PmRegion, locator: u64, number: u64) -> Result<Chain>
             ),
         ));
     }
-    let seal = read_seal(region, locator, number)?;
+    let seal = match (read_seal(region, locator, number), salvage.as_deref_mut()) {
+        (Err(e), Some(problems)) if e.is_corruption() => {
+            problems.push(e);
+            None
+        }
+        (r, _) => r?,
+    };
     let mut segs = vec![PageRun {
         first: locator / PAGE,
         count: first.pages,
@@ -728,11 +764,18 @@ fn read_chain(region: &dyn PmRegion, locator: u64, number: u64) -> Result<Chain>
             Ok(h) => h,
             // A sealed log's chain is whole: a bad link is damage.
             Err(e) if seal.is_some() => {
-                return Err(Error::corruption(
+                let e = Error::corruption(
                     region.name(),
                     at + NEXT_SEGMENT_WORD,
                     format!("NVTable log {number} (sealed): chain link to {next}: {e}"),
-                ))
+                );
+                match salvage.as_deref_mut() {
+                    Some(problems) => {
+                        problems.push(e);
+                        break;
+                    }
+                    None => return Err(e),
+                }
             }
             Err(_) => {
                 log::warn!(
@@ -747,11 +790,18 @@ fn read_chain(region: &dyn PmRegion, locator: u64, number: u64) -> Result<Chain>
             count: h.pages,
         };
         if segs.len() as u64 > limit || segs.iter().any(|r| r.first == run.first) {
-            return Err(Error::corruption(
+            let e = Error::corruption(
                 region.name(),
                 at + NEXT_SEGMENT_WORD,
                 format!("NVTable log {number}: segment chain loops"),
-            ));
+            );
+            match salvage.as_deref_mut() {
+                Some(problems) => {
+                    problems.push(e);
+                    break;
+                }
+                None => return Err(e),
+            }
         }
         segs.push(run);
         at = next;
@@ -775,7 +825,7 @@ pub fn walk_segments(
     locator: u64,
     number: u64,
 ) -> Result<(Vec<PageRun>, u16)> {
-    let c = read_chain(region, locator, number)?;
+    let c = read_chain(region, locator, number, None)?;
     Ok((c.segs, c.flags))
 }
 
@@ -791,11 +841,120 @@ pub fn walk(
     locator: u64,
     number: u64,
 ) -> Result<(Vec<PageRun>, Vec<WalkedNode>)> {
-    let chain = read_chain(region, locator, number)?;
+    let chain = read_chain(region, locator, number, None)?;
+    let mut out = Walked::default();
+    walk_chain(region, &chain, locator, number, None, &mut out)?;
+    Ok((chain.segs, out.nodes))
+}
+
+/// What [`walk_salvage`] read of a log.
+#[derive(Debug)]
+pub struct SalvagedLog {
+    /// The segment chain as far as it could be followed.
+    pub segs: Vec<PageRun>,
+    /// The node count of the seal (`None`: not sealed, or the seal was
+    /// damaged).
+    pub sealed: Option<u32>,
+    /// The nodes read, in seqno order: whole groups only.
+    pub nodes: Vec<WalkedNode>,
+    /// The damage met (each `Error::Corruption` naming the offset), and an
+    /// unsealed log's torn tail (an append a crash cut, or damage to its
+    /// last group: they cannot be told apart). Empty: [`walk`] returns the
+    /// same nodes, and the list ended at a zero link.
+    pub problems: Vec<Error>,
+}
+
+/// [`walk`] for `Db::repair` (`design/nvcache/salvage.rs`): where `walk`
+/// fails on damage, this returns the whole groups before it, with the
+/// damage in `problems`. It follows `walk`'s rules, except that
+///
+/// - a damaged seal is recorded and the log read as unsealed (rule 4:
+///   a torn tail still ends it, published nodes after a break are still
+///   damage);
+/// - a sealed log's chain ends before a link to an invalid segment or a
+///   loop (its nodes beyond are then missing: damage);
+/// - where `walk` would report damage (a sealed log's list breaking before
+///   its count, an unsealed log's break with published nodes after it)
+///   and a node that checks — both checksums, the next seqno — sits where
+///   the writer put the next node, it is taken and the walk goes on: the
+///   link words are outside every checksum, so a damaged `next` or `prev`
+///   word does not cost the nodes after it. A stale node of a reused page
+///   cannot pass for it: it is older than the log's first node.
+///
+/// An unsealed log's torn tail — a link to a node that does not check
+/// with nothing published after it, an incomplete trailing group — ends
+/// it as in `walk`, but is named in `problems`: it is also what damage to
+/// the last group looks like.
+///
+/// Damage in a node itself ends the walk there: the rest of the log is
+/// not read (group boundaries cannot be told after a lost node), and the
+/// verified nodes of the group it cut are dropped with it (a group is one
+/// batch, applied whole or not at all). `Err` only if segment 0 itself
+/// does not check (or is not log `number`'s).
+pub fn walk_salvage(region: &dyn PmRegion, locator: u64, number: u64) -> Result<SalvagedLog> {
+    let mut problems = Vec::new();
+    let chain = read_chain(region, locator, number, Some(&mut problems))?;
+    let mut out = Walked::default();
+    if let Err(e) = walk_chain(
+        region,
+        &chain,
+        locator,
+        number,
+        Some(&mut problems),
+        &mut out,
+    ) {
+        problems.push(e);
+        let cut = out.nodes.len().saturating_sub(out.whole);
+        if let Some(first) = out.nodes.get(out.whole) {
+            problems.push(Error::corruption(
+                region.name(),
+                first.at,
+                format!(
+                    "NVTable log {number}: the {cut} verified nodes of the group the damage cut \
+                     were dropped (a group is one batch: applied whole or not at all)"
+                ),
+            ));
+        }
+        out.nodes.truncate(out.whole);
+    }
+    Ok(SalvagedLog {
+        segs: chain.segs,
+        sealed: chain.seal,
+        nodes: out.nodes,
+        problems,
+    })
+}
+
+/// What a walk accepted so far.
+#[derive(Default)]
+struct Walked {
+    nodes: Vec<WalkedNode>,
+    /// Nodes in whole groups (a prefix of `nodes`).
+    whole: usize,
+}
+
+/// Why the list does not go on at a link: `Ok(None)` a zero link,
+/// `Ok(Some((at, why)))` the link's target is not a valid successor —
+/// either ends the list of an unsealed log (rule 4) — and `Err` damage
+/// `walk` reports whatever follows.
+type Stop = std::result::Result<Option<(u64, String)>, Error>;
+
+/// The walk of [`walk`] (strict, `salvage` = `None`) and
+/// [`walk_salvage`] (damage that can be walked past is recorded in
+/// `salvage`). Accepted nodes go to `out`, which holds them also when an
+/// error returns.
+fn walk_chain(
+    region: &dyn PmRegion,
+    chain: &Chain,
+    locator: u64,
+    number: u64,
+    mut salvage: Option<&mut Vec<Error>>,
+    out: &mut Walked,
+) -> Result<()> {
     let bad = |off: u64, what: String| {
         Error::corruption(region.name(), off, format!("NVTable log {number}: {what}"))
     };
-    let mut nodes: Vec<WalkedNode> = Vec::new();
+    let nodes = &mut out.nodes;
     let mut link = locator + HEAD_WORD;
     let mut pred: Option<Placed> = None;
     let mut group_left = 0u32;
@@ -811,16 +970,21 @@ pub fn walk(
         if let Some(c) = chain.seal {
             if nodes.len() as u64 == u64::from(c) {
                 if target != 0 {
-                    return Err(bad(
+                    let e = bad(
                         link,
                         format!(
                             "link {target} after the last of the {c} nodes the log was sealed with"
                         ),
-                    ));
+                    );
+                    // Salvage: every sealed node was read.
+                    match salvage.as_deref_mut() {
+                        Some(problems) => problems.push(e),
+                        None => return Err(e),
+                    }
                 }
                 break;
             }
-            if target == 0 {
+            if target == 0 && salvage.is_none() {
                 return Err(bad(
                     link,
                     format!(
@@ -836,24 +1000,25 @@ pub fn walk(
             .into_iter()
             .flatten()
             .find(|&(p, _)| p == target);
-        let step = match pos {
-            _ if target == 0 => Err(None),
+        let step: std::result::Result<(Node<'_>, u64, usize), Stop> = match pos {
+            _ if target == 0 => Err(Ok(None)),
             Some((at, seg)) => chain
                 .successor(region, at, seg, pred)
                 .map(|n| (n, at, seg))
-                .map_err(|why| Some((at, why))),
+                .map_err(|why| Ok(Some((at, why)))),
             None if chain.seal.is_none() && chain.segment_index(target).is_none() => {
                 // Unsealed: a link into a segment the chain lost (linked
                 // after the crash point). A valid node there was published.
                 let valid = Node::read(region, target, 0, region.len())
                     .is_ok_and(|n| n.value(region, true).is_ok());
                 if valid {
-                    return Err(bad(
+                    Err(Err(bad(
                         target,
                         format!("node at {target}: a published node outside the log's segments"),
-                    ));
+                    )))
+                } else {
+                    Err(Ok(Some((target, "outside the log's segments".to_string()))))
                 }
-                Err(Some((target, "outside the log's segments".to_string())))
             }
             // The head word is written whole with segment 0's header and
             // then only published into, so it is never stale.
@@ -864,31 +1029,75 @@ pub fn walk(
                     .flatten()
                     .map(|p| p.0)
                     .collect();
-                return Err(bad(
+                Err(Err(bad(
                     link,
                     format!("link names {target}, not where the log's next node goes ({want:?})"),
-                ));
+                )))
             }
             // Unsealed: the writer never stores such a link, but the node
             // holding it may be one written after the crash point whose
             // link word kept stale bytes; damage shows as what follows.
-            None => Err(Some((
+            None => Err(Ok(Some((
                 target,
                 "not where the log's next node goes".to_string(),
-            ))),
+            )))),
+        };
+        // Salvage: where this is damage (rule 3, or rule 4 with published
+        // nodes after it), take the node the writer placed next if it
+        // checks (`walk_salvage`).
+        let step = match (step, pred, salvage.as_deref_mut()) {
+            (Err(stop), Some(p), Some(problems))
+                if stop.is_err()
+                    || chain.seal.is_some()
+                    || chain.published_after(region, p).is_some() =>
+            {
+                match chain.placed_successor(region, p) {
+                    Some((n, at, seg)) => {
+                        let what = match &stop {
+                            Ok(None) => format!("a zero link at {link}"),
+                            Ok(Some((to, why))) => format!("the link at {link} to {to} ({why})"),
+                            Err(Error::Corruption { what, .. }) => what
+                                .strip_prefix(&format!("NVTable log {number}: "))
+                                .unwrap_or(what)
+                                .to_string(),
+                            Err(e) => e.to_string(),
+                        };
+                        problems.push(bad(
+                            link,
+                            format!(
+                                "{what}: the node of seqno {} checks where the writer put it ({at}); the walk goes on from it",
+                                n.seq()
+                            ),
+                        ));
+                        Ok((n, at, seg))
+                    }
+                    None => Err(stop),
+                }
+            }
+            (s, _, _) => s,
         };
         let (node, at, seg) = match step {
             Ok(s) => s,
-            Err(why) => {
+            Err(Err(e)) => return Err(e),
+            Err(Ok(why)) => {
                 // Rule 3 (sealed) or 4 (unsealed).
-                if let (Some(c), Some((at, why))) = (chain.seal, &why) {
-                    return Err(bad(
-                        *at,
-                        format!(
-                            "node at {at}, {} of the {c} nodes the log was sealed with: {why}",
-                            nodes.len() + 1
+                if let Some(c) = chain.seal {
+                    return Err(match &why {
+                        Some((at, why)) => bad(
+                            *at,
+                            format!(
+                                "node at {at}, {} of the {c} nodes the log was sealed with: {why}",
+                                nodes.len() + 1
+                            ),
                         ),
-                    ));
+                        None => bad(
+                            link,
+                            format!(
+                                "the list ends after {} of the {c} nodes the log was sealed with",
+                                nodes.len()
+                            ),
+                        ),
+                    });
                 }
                 if let Some(n) = pred.and_then(|p| chain.published_after(region, p)) {
                     let (off, what) = match &why {
@@ -902,6 +1111,15 @@ pub fn walk(
                 }
                 if let Some((at, why)) = why {
                     torn(at, &why);
+                    // Salvage: named, as repair names a WAL's torn tail.
+                    if let Some(problems) = salvage.as_deref_mut() {
+                        problems.push(bad(
+                            at,
+                            format!(
+                                "the list ends at {at} ({why}): a torn tail (an append the crash cut, never acknowledged) or damage to the last group"
+                            ),
+                        ));
+                    }
                 }
                 break;
             }
@@ -929,6 +1147,9 @@ pub fn walk(
             size: node.size(),
             ikey,
         });
+        if group_left == 0 {
+            out.whole = nodes.len();
+        }
         pred = Some(Placed {
             at,
             seg,
@@ -954,9 +1175,18 @@ pub fn walk(
                 "; its publish raced the crash"
             }
         );
+        if let Some(problems) = &mut salvage {
+            problems.push(bad(
+                nodes.get(group_start).map_or(locator, |n| n.at),
+                format!(
+                    "incomplete trailing group of {group_size} entries ({} found) dropped: an append the crash cut (never acknowledged) or damage",
+                    nodes.len() - group_start
+                ),
+            ));
+        }
         nodes.truncate(group_start);
     }
-    Ok((chain.segs, nodes))
+    Ok(())
 }
 
 #[cfg(test)]
@@ -1257,6 +1487,144 @@ mod tests {
                 Ok((_, n)) => panic!("{what}: walked {} nodes without an error", n.len()),
             }
         }
+    }
+
+    /// `walk_salvage` (for `Db::repair`): what `walk` accepts it returns
+    /// alike, without problems; where `walk` reports damage it keeps the
+    /// whole groups before the damage, walks past damaged link words (the
+    /// node the writer placed next still checks), reads a log whose seal
+    /// is damaged as unsealed, and names every damage.
+    #[test]
+    fn salvage_walk_keeps_the_groups_before_damage() {
+        for seal in [true, false] {
+            let (sim, seg0, offs, starts) = groups(seal);
+            let s = walk_salvage(sim.as_ref(), seg0, 3).unwrap();
+            assert!(s.problems.is_empty(), "{:?}", s.problems);
+            assert_eq!(s.nodes.len(), 60);
+            assert_eq!(s.sealed, seal.then_some(60));
+            assert_eq!(s.segs, walk(sim.as_ref(), seg0, 3).unwrap().0);
+            let page = (offs[20] / PAGE) * PAGE;
+            // (what, damage, nodes salvaged: None = as many as the strict
+            // walk of an unsealed log returns, 57: a torn tail)
+            let cases: Vec<(&str, Damage, usize)> = vec![
+                (
+                    "middle publish zeroed",
+                    Box::new({
+                        let at = offs[starts[10] - 1] + NODE_NEXT;
+                        move |r| r.store_u64(at, 0).unwrap()
+                    }),
+                    60,
+                ),
+                (
+                    "middle link changed",
+                    Box::new({
+                        let at = offs[20] + 1;
+                        move |r| r.corrupt(at, 0x0f).unwrap()
+                    }),
+                    60,
+                ),
+                (
+                    "middle prev link changed",
+                    Box::new({
+                        let at = offs[33] + NODE_PREV + 2;
+                        move |r| r.corrupt(at, 0x10).unwrap()
+                    }),
+                    60,
+                ),
+                (
+                    "middle value",
+                    Box::new({
+                        let at = value_at(&sim, offs[starts[10] + 1]) + 9;
+                        move |r| r.corrupt(at, 0x40).unwrap()
+                    }),
+                    starts[10],
+                ),
+                (
+                    "a group's first node",
+                    Box::new({
+                        let at = offs[starts[12]] + 20;
+                        move |r| r.corrupt(at, 0x02).unwrap()
+                    }),
+                    starts[12],
+                ),
+                (
+                    "a middle page zeroed",
+                    Box::new(move |r| {
+                        for (i, b) in r
+                            .slice(page, PAGE as usize)
+                            .unwrap()
+                            .to_vec()
+                            .into_iter()
+                            .enumerate()
+                        {
+                            if b != 0 {
+                                r.corrupt(page + i as u64, b).unwrap();
+                            }
+                        }
+                    }),
+                    // Whole groups before the first node the page held.
+                    {
+                        let first = offs.iter().position(|&o| o + 700 > page).unwrap();
+                        *starts.iter().rev().find(|&&s| s <= first).unwrap()
+                    },
+                ),
+                (
+                    "head zeroed",
+                    Box::new(move |r| r.store_u64(seg0 + HEAD_WORD, 0).unwrap()),
+                    0,
+                ),
+            ];
+            for (what, damage, want) in cases {
+                let r = sim.crash();
+                damage(&r);
+                let strict = walk(&r, seg0, 3);
+                let s = walk_salvage(&r, seg0, 3).unwrap_or_else(|e| panic!("{what}: {e}"));
+                if what == "head zeroed" && !seal {
+                    // An unsealed log emptied from its head reads as one
+                    // that never published (module doc, rule 4).
+                    assert_eq!(strict.unwrap().1.len(), 0);
+                    assert_eq!(s.nodes.len(), 0);
+                    continue;
+                }
+                assert!(
+                    strict.is_err(),
+                    "{what} (sealed {seal}): strict walk succeeds"
+                );
+                assert_eq!(
+                    s.nodes.len(),
+                    want,
+                    "{what} (sealed {seal}): {:?}",
+                    s.problems
+                );
+                assert!(!s.problems.is_empty(), "{what} (sealed {seal})");
+                for e in &s.problems {
+                    assert!(e.is_corruption(), "{what}: {e}");
+                }
+                let got: Vec<u64> = s.nodes.iter().map(|n| n.at).collect();
+                assert_eq!(got, offs[..want], "{what} (sealed {seal})");
+            }
+            // A torn tail is no damage: the same nodes as `walk`, no problem.
+            if !seal {
+                let r = sim.crash();
+                r.store_u64(offs[starts[29] - 1] + NODE_NEXT, 0).unwrap();
+                let s = walk_salvage(&r, seg0, 3).unwrap();
+                assert_eq!((s.nodes.len(), s.problems.len()), (57, 0));
+            }
+        }
+        // A damaged seal: read as unsealed, the damage named.
+        let (sim, seg0, _, _) = groups(true);
+        let r = sim.crash();
+        r.corrupt(seg0 + SEAL_WORD + 5, 0x01).unwrap();
+        assert!(walk(&r, seg0, 3).is_err());
+        let s = walk_salvage(&r, seg0, 3).unwrap();
+        assert_eq!((s.nodes.len(), s.sealed, s.problems.len()), (60, None, 1));
+        // A sealed log's chain cut after segment 0: the nodes there.
+        let r = sim.crash();
+        r.store_u64(seg0 + NEXT_SEGMENT_WORD, 0x7fff_f000).unwrap();
+        let s = walk_salvage(&r, seg0, 3).unwrap();
+        assert_eq!(s.segs.len(), 1);
+        assert!(!s.nodes.is_empty() && s.nodes.len() < 60);
+        assert!(s.problems.len() >= 2, "{:?}", s.problems);
     }
 
     /// A retired writer seals its log; one whose append failed does not.

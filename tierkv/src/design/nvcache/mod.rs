@@ -125,6 +125,7 @@ pub mod format;
 pub mod inspect;
 pub mod log;
 pub mod picker;
+pub mod salvage;
 pub mod table;
 
 use std::collections::HashMap;
