@@ -13,7 +13,8 @@
 //! |---|---|
 //! | `classic`, `vlsm` | none |
 //! | `triangle`, `matrix` | the RowTables ([`super::container::salvage`]) |
-//! | `rangetab`, `nvcache`, `tlsm` | not yet: repair refuses them before touching anything |
+//! | `tlsm` | every closed persistent skip list, and every persistent buffer no list that opened links ([`super::tlsm::salvage`]) |
+//! | `rangetab`, `nvcache` | not yet: repair refuses them before touching anything |
 
 use std::sync::Arc;
 
@@ -33,16 +34,23 @@ pub enum SourceKind {
     PmWal,
     /// A RowTable in the PM region (`triangle`, `matrix`).
     PmRow,
+    /// A closed persistent skip list in the PM region (`tlsm`).
+    PmSkipList,
+    /// A persistent buffer no skip list that opened links (`tlsm`).
+    PmBuffer,
 }
 
 impl SourceKind {
-    /// What it is, in words ("table", "WAL", "PM WAL", "PM row").
+    /// What it is, in words ("table", "WAL", "PM WAL", "PM row", "PM skip
+    /// list", "PM buffer").
     pub fn name(self) -> &'static str {
         match self {
             SourceKind::Sst => "table",
             SourceKind::Wal => "WAL",
             SourceKind::PmWal => "PM WAL",
             SourceKind::PmRow => "PM row",
+            SourceKind::PmSkipList => "PM skip list",
+            SourceKind::PmBuffer => "PM buffer",
         }
     }
 }
@@ -70,8 +78,8 @@ pub struct Salvaged {
 /// so its next open would give the unread structures' pages back.
 pub fn can_salvage(design: Preset) -> bool {
     match design {
-        Preset::Classic | Preset::Vlsm | Preset::Triangle | Preset::Matrix => true,
-        Preset::RangeTab | Preset::NvCache | Preset::Tlsm => false,
+        Preset::Classic | Preset::Vlsm | Preset::Triangle | Preset::Matrix | Preset::Tlsm => true,
+        Preset::RangeTab | Preset::NvCache => false,
     }
 }
 
@@ -82,6 +90,7 @@ pub fn salvage_pm(design: Preset, region: &Arc<dyn PmRegion>, pages: &[u64]) -> 
     match design {
         Preset::Classic | Preset::Vlsm => Vec::new(),
         Preset::Triangle | Preset::Matrix => super::container::salvage::rows(region, pages),
-        Preset::RangeTab | Preset::NvCache | Preset::Tlsm => Vec::new(),
+        Preset::Tlsm => super::tlsm::salvage::salvage(region, pages),
+        Preset::RangeTab | Preset::NvCache => Vec::new(),
     }
 }
