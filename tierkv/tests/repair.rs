@@ -495,7 +495,7 @@ fn tlsm_damaged_structure(
     variant: tierkv::options::TlsmVariant,
     policy: tierkv::options::TlsmPolicy,
     damage: &dyn Fn(&SimRegion, &[u64]) -> u64,
-) {
+) -> usize {
     let what = format!("tlsm {} {}", variant.name(), policy.name());
     let fs = MemFs::new();
     let sim = Arc::new(SimRegion::new(PM_BYTES));
@@ -547,6 +547,39 @@ fn tlsm_damaged_structure(
     eprintln!("{what}: {missing} of {} keys lost", model.len());
     assert!(missing < model.len() / 2, "{what}: {missing} keys lost");
     db.close().expect("close");
+    missing
+}
+
+/// The header of the newest flushed list damaged (its crc fails): the
+/// WAL of its writes was retired by the flush, its buffer is linked by no
+/// list that opens, and repair reads it whole: nothing is lost.
+#[test]
+fn tlsm_repair_reads_the_buffer_of_a_list_whose_header_is_damaged() {
+    use tierkv::design::tlsm::build::header_run_at;
+    use tierkv::design::tlsm::format::{Origin, HEADER_MAGIC};
+    use tierkv::design::tlsm::list::read_header;
+    use tierkv::options::{TlsmPolicy, TlsmVariant};
+    let missing = tlsm_damaged_structure(TlsmVariant::Full, TlsmPolicy::Lru, &|sim, live| {
+        let at = tlsm_find(sim, &HEADER_MAGIC)
+            .into_iter()
+            .filter_map(|at| {
+                let hv = read_header(sim, header_run_at(sim, at).ok()?).ok()?;
+                (hv.dir_off != 0
+                    && hv.header.origin == Origin::Flush
+                    && live.contains(&hv.header.id))
+                .then_some((hv.header.id, at))
+            })
+            .max()
+            .expect("a flushed list")
+            .1;
+        // The list id: covered by the header's crc.
+        let off = at + 16;
+        let b = sim.slice(off, 1).expect("byte")[0];
+        sim.write(off, &[b ^ 0x01]).expect("write");
+        sim.persist(off, 1).expect("persist");
+        at
+    });
+    assert_eq!(missing, 0, "the buffer holds every entry of the list");
 }
 
 /// A byte of a persistent buffer's entries flipped: the lists linking it
@@ -762,17 +795,17 @@ fn tlsm_crash_repair(
 #[test]
 fn tlsm_repair_after_crashes_full() {
     use tierkv::options::{TlsmPolicy, TlsmVariant};
-    let (_, orphans, unclosed) = tlsm_crash_repair(TlsmVariant::Full, TlsmPolicy::None, 40);
-    assert!(
-        orphans > 0,
-        "no crash left a flush's buffer without its list"
-    );
+    // Crashes between a flush's buffer and its list's header are a window
+    // of one or two events whose number varies with the background
+    // threads' events: counted (and printed), not required; the damaged
+    // header test reads such a buffer deterministically.
+    let (_, _, unclosed) = tlsm_crash_repair(TlsmVariant::Full, TlsmPolicy::None, 150);
     assert!(unclosed > 0, "no crash left a compaction output not closed");
 }
 
 #[test]
 fn tlsm_repair_after_crashes_ps_bac() {
     use tierkv::options::{TlsmPolicy, TlsmVariant};
-    let (_, _, unclosed) = tlsm_crash_repair(TlsmVariant::PsBac, TlsmPolicy::Lru, 40);
+    let (_, _, unclosed) = tlsm_crash_repair(TlsmVariant::PsBac, TlsmPolicy::Lru, 60);
     assert!(unclosed > 0, "no crash left a compaction output not closed");
 }
