@@ -297,34 +297,6 @@ fn repair_of_a_directory_without_a_database_is_refused() {
     assert!(matches!(e, tierkv::Error::NotADatabase(_)), "{e}");
 }
 
-/// A design whose PM structures repair cannot read is refused before
-/// anything changes: rebuilding without them would drop their data.
-#[test]
-fn repair_refuses_designs_whose_pm_structures_it_cannot_read() {
-    for design in [Preset::Tlsm] {
-        let fs = MemFs::new();
-        let sim = Arc::new(SimRegion::new(PM_BYTES));
-        let db = Db::open(dir(), options(design, &fs, Some(&sim), 1)).expect("open");
-        let model = build(&db, 3_000, false, 7);
-        db.close().expect("close");
-        let before = fs.list(&dir()).expect("list");
-        let e = Db::repair(dir(), options(design, &fs, Some(&sim), 1))
-            .expect_err("repair must be refused");
-        assert!(
-            matches!(&e, tierkv::Error::InvalidOptions(m) if m.contains(design.name())),
-            "{e}"
-        );
-        assert_eq!(
-            fs.list(&dir()).expect("list"),
-            before,
-            "repair changed files"
-        );
-        let db = Db::open(dir(), options(design, &fs, Some(&sim), 1)).expect("reopen");
-        assert_eq!(contents(&db), model);
-        db.close().expect("close");
-    }
-}
-
 // ---- rangetab: the RangeTab buffers ----
 
 mod common;
@@ -874,4 +846,495 @@ fn nvcache_repair_of_a_crash_image() {
     let db = Db::open(dir(), nv_options(&crashed_fs, &crashed_sim)).expect("open after repair");
     assert_eq!(contents(&db), model, "data after repair of a crash");
     db.close().expect("close");
+}
+
+// ------------------------------------------------------------------- tlsm
+
+/// The options of `options` with TLSM's variant and policy.
+fn tlsm_options(
+    fs: &MemFs,
+    sim: &Arc<SimRegion>,
+    variant: tierkv::options::TlsmVariant,
+    policy: tierkv::options::TlsmPolicy,
+) -> Options {
+    let mut o = options(Preset::Tlsm, fs, Some(sim), 1);
+    o.tlsm.variant = variant;
+    o.tlsm.policy = policy;
+    o
+}
+
+/// The PM levels that hold skip lists (`tierkv.tables`: `L<n> #id tier ...`).
+fn tlsm_pm_levels(db: &Db) -> Vec<String> {
+    let mut v: Vec<String> = db
+        .property("tierkv.tables")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.get(2) == Some(&"pm")).then(|| f[0].to_string())
+        })
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// The sources of a kind that gave entries, and the levels named by the
+/// skip lists among them.
+fn tlsm_sources(
+    r: &tierkv::RepairReport,
+    kind: SourceKind,
+) -> Vec<&tierkv::db::repair::RepairSource> {
+    r.sources
+        .iter()
+        .filter(|s| s.kind == kind && s.entries > 0)
+        .collect()
+}
+
+/// Checks that the report read skip lists at several levels, compaction
+/// outputs (pointer-only lists) among them, and nothing from SSTs.
+fn tlsm_check_report(r: &tierkv::RepairReport, what: &str) {
+    let lists = tlsm_sources(r, SourceKind::PmSkipList);
+    assert!(!lists.is_empty(), "{what}: no skip list read\n{r}");
+    let mut levels: Vec<&str> = lists
+        .iter()
+        .filter_map(|s| s.name.split(" (").nth(1))
+        .filter_map(|x| x.split(',').next())
+        .collect();
+    levels.sort();
+    levels.dedup();
+    assert!(
+        levels.len() >= 2,
+        "{what}: skip lists at {levels:?} only\n{r}"
+    );
+    assert!(
+        lists.iter().any(|s| s.name.contains("compaction output")),
+        "{what}: no compaction output read\n{r}"
+    );
+    assert!(
+        !r.sources.iter().any(|s| s.kind == SourceKind::Sst),
+        "{what}: the data was in SSTs, not in PM\n{r}"
+    );
+}
+
+/// Full variant, LRU (the defaults): every list in PM, at several levels.
+#[test]
+fn tlsm_repair_after_a_damaged_manifest() {
+    let r = damage_repair_reopen(Preset::Tlsm, 1, true, &flip_in_manifest);
+    tlsm_check_report(&r, "tlsm full lru");
+    assert!(r.is_complete(), "{r}");
+    assert!(
+        r.sources
+            .iter()
+            .any(|s| s.kind == SourceKind::PmWal && s.entries > 0),
+        "{r}"
+    );
+}
+
+/// `damage_repair_reopen` with a TLSM variant and policy: builds (with
+/// deletes), checks that the lists sit at several PM levels, damages the
+/// MANIFEST, repairs and reopens.
+fn tlsm_repair_case(
+    variant: tierkv::options::TlsmVariant,
+    policy: tierkv::options::TlsmPolicy,
+) -> tierkv::RepairReport {
+    let what = format!("tlsm {} {}", variant.name(), policy.name());
+    let fs = MemFs::new();
+    let sim = Arc::new(SimRegion::new(PM_BYTES));
+    let o = || tlsm_options(&fs, &sim, variant, policy);
+    let model = {
+        let db = Db::open(dir(), o()).expect("open");
+        let mut m = build(&db, 6_000, true, 7);
+        db.compact_range(Some(&key(200)), Some(&key(700)))
+            .expect("compact");
+        m.extend(build(&db, 3_000, false, 8));
+        let levels = tlsm_pm_levels(&db);
+        assert!(levels.len() >= 2, "{what}: lists at {levels:?} only");
+        db.close().expect("close");
+        m
+    };
+    flip_in_manifest(&fs);
+    let report = Db::repair(dir(), o()).expect("repair");
+    eprintln!("{what}: {report}");
+    tlsm_check_report(&report, &what);
+    assert!(report.is_complete(), "{what}: {report}");
+    let db = Db::open(dir(), o()).expect("open after repair");
+    assert_eq!(contents(&db), model, "{what}: data after repair");
+    for i in 0..300 {
+        db.put(&key(i), b"after").expect("put");
+    }
+    db.flush().expect("flush");
+    db.close().expect("close");
+    let db = Db::open(dir(), o()).expect("reopen");
+    assert_eq!(
+        db.get(&key(7)).expect("get").as_deref(),
+        Some(&b"after"[..])
+    );
+    report
+}
+
+#[test]
+fn tlsm_ps_bac_none_repair_after_a_damaged_manifest() {
+    use tierkv::options::{TlsmPolicy, TlsmVariant};
+    tlsm_repair_case(TlsmVariant::PsBac, TlsmPolicy::None);
+}
+
+#[test]
+fn tlsm_ps_lru_repair_after_a_damaged_manifest() {
+    use tierkv::options::{TlsmPolicy, TlsmVariant};
+    tlsm_repair_case(TlsmVariant::Ps, TlsmPolicy::Lru);
+}
+
+/// Writes keys `0..n` once each (synced now and then), flushing every
+/// 500, then compacts part of them further down: a key has one version,
+/// so a repair can only give its value or lose it.
+fn tlsm_unique(db: &Db, n: u32) -> Model {
+    let mut model = Model::new();
+    for i in 0..n {
+        let v = format!("value-{i}-")
+            .repeat(1 + (i % 7) as usize)
+            .into_bytes();
+        let mut b = WriteBatch::new();
+        b.put(&key(i), &v);
+        db.write(b, &WriteOptions { sync: i % 50 == 0 })
+            .expect("write");
+        model.insert(key(i), v);
+        if i % 500 == 499 {
+            db.flush().expect("flush");
+        }
+    }
+    db.compact_range(Some(&key(0)), Some(&key(n / 3)))
+        .expect("compact");
+    model
+}
+
+/// The region offsets of the page starts holding `magic`.
+fn tlsm_find(sim: &SimRegion, magic: &[u8; 8]) -> Vec<u64> {
+    (1..PM_BYTES as u64 / 4096)
+        .map(|p| p * 4096)
+        .filter(|&at| sim.slice(at, 8).ok() == Some(&magic[..]))
+        .collect()
+}
+
+/// Builds unique keys, closes, damages the MANIFEST and, with `damage`,
+/// one PM structure (returning the offset its problem must name), repairs
+/// and reopens: every key there has its one value, and what is missing
+/// was in the damaged structure.
+fn tlsm_damaged_structure(
+    variant: tierkv::options::TlsmVariant,
+    policy: tierkv::options::TlsmPolicy,
+    damage: &dyn Fn(&SimRegion, &[u64]) -> u64,
+) -> usize {
+    let what = format!("tlsm {} {}", variant.name(), policy.name());
+    let fs = MemFs::new();
+    let sim = Arc::new(SimRegion::new(PM_BYTES));
+    let o = || tlsm_options(&fs, &sim, variant, policy);
+    let model = {
+        let db = Db::open(dir(), o()).expect("open");
+        let m = tlsm_unique(&db, 4_000);
+        let levels = tlsm_pm_levels(&db);
+        assert!(levels.len() >= 2, "{what}: lists at {levels:?} only");
+        let live: Vec<u64> = db
+            .property("tierkv.tables")
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                l.split_whitespace()
+                    .nth(1)?
+                    .trim_start_matches('#')
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        db.close().expect("close");
+        (m, live)
+    };
+    let (model, live) = model;
+    flip_in_manifest(&fs);
+    let at = damage(&sim, &live);
+    let report = Db::repair(dir(), o()).expect("repair");
+    eprintln!("{what}: {report}");
+    assert!(!report.is_complete(), "{what}: {report}");
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.contains(&format!("at offset {at}:"))),
+        "{what}: no problem names offset {at}\n{report}"
+    );
+    let db = Db::open(dir(), o()).expect("open after repair");
+    let got = contents(&db);
+    for (k, v) in &got {
+        assert_eq!(
+            model.get(k),
+            Some(v),
+            "{what}: {} has a value it never had",
+            String::from_utf8_lossy(k)
+        );
+    }
+    let missing = model.len() - got.len();
+    eprintln!("{what}: {missing} of {} keys lost", model.len());
+    assert!(missing < model.len() / 2, "{what}: {missing} keys lost");
+    db.close().expect("close");
+    missing
+}
+
+/// The header of the newest flushed list damaged (its crc fails): the
+/// WAL of its writes was retired by the flush, its buffer is linked by no
+/// list that opens, and repair reads it whole: nothing is lost.
+#[test]
+fn tlsm_repair_reads_the_buffer_of_a_list_whose_header_is_damaged() {
+    use tierkv::design::tlsm::build::header_run_at;
+    use tierkv::design::tlsm::format::{Origin, HEADER_MAGIC};
+    use tierkv::design::tlsm::list::read_header;
+    use tierkv::options::{TlsmPolicy, TlsmVariant};
+    let missing = tlsm_damaged_structure(TlsmVariant::Full, TlsmPolicy::Lru, &|sim, live| {
+        let at = tlsm_find(sim, &HEADER_MAGIC)
+            .into_iter()
+            .filter_map(|at| {
+                let hv = read_header(sim, header_run_at(sim, at).ok()?).ok()?;
+                (hv.dir_off != 0
+                    && hv.header.origin == Origin::Flush
+                    && live.contains(&hv.header.id))
+                .then_some((hv.header.id, at))
+            })
+            .max()
+            .expect("a flushed list")
+            .1;
+        // The list id: covered by the header's crc.
+        let off = at + 16;
+        let b = sim.slice(off, 1).expect("byte")[0];
+        sim.write(off, &[b ^ 0x01]).expect("write");
+        sim.persist(off, 1).expect("persist");
+        at
+    });
+    assert_eq!(missing, 0, "the buffer holds every entry of the list");
+}
+
+/// A byte of a persistent buffer's entries flipped: the lists linking it
+/// fail their check, the entries they link in other buffers come back
+/// from those buffers, and no value is wrong.
+#[test]
+fn tlsm_repair_with_a_damaged_buffer() {
+    use tierkv::design::tlsm::format::{decode_buffer_header, BUFFER_MAGIC};
+    use tierkv::options::{TlsmPolicy, TlsmVariant};
+    tlsm_damaged_structure(TlsmVariant::Full, TlsmPolicy::Lru, &|sim, live| {
+        // A flush's buffer whose list is live (a buffer's id is its
+        // flush's list id).
+        let at = tlsm_find(sim, &BUFFER_MAGIC)
+            .into_iter()
+            .find(|&at| {
+                decode_buffer_header(sim.slice(at, 40).expect("header"))
+                    .is_ok_and(|h| h.entry_bytes > 1000 && live.contains(&h.id))
+            })
+            .expect("a buffer");
+        let h = decode_buffer_header(sim.slice(at, 40).expect("header")).expect("header");
+        let off = at + 40 + h.entry_bytes / 2;
+        let b = sim.slice(off, 1).expect("byte")[0];
+        sim.write(off, &[b ^ 0x40]).expect("write");
+        sim.persist(off, 1).expect("persist");
+        at
+    });
+}
+
+/// A byte in the first node run of a `ps_bac` list flipped: that list
+/// fails its walk (sentinel crc, or an inline entry's crc), and so do the
+/// lists linking into a damaged entry; no value is wrong.
+#[test]
+fn tlsm_ps_bac_repair_with_a_damaged_node() {
+    use tierkv::design::tlsm::build::header_run_at;
+    use tierkv::design::tlsm::format::HEADER_MAGIC;
+    use tierkv::design::tlsm::list::read_header;
+    use tierkv::options::{TlsmPolicy, TlsmVariant};
+    tlsm_damaged_structure(TlsmVariant::PsBac, TlsmPolicy::None, &|sim, live| {
+        let (at, run) = tlsm_find(sim, &HEADER_MAGIC)
+            .into_iter()
+            .find_map(|at| {
+                let hv = read_header(sim, header_run_at(sim, at).ok()?).ok()?;
+                (hv.dir_off != 0 && hv.linked >= 20 && live.contains(&hv.header.id))
+                    .then(|| (at, hv.slot_runs[0]))
+            })
+            .expect("a closed list");
+        // Past the head (112 bytes), inside the first nodes.
+        let off = run.first * 4096 + 112 + 40;
+        let b = sim.slice(off, 1).expect("byte")[0];
+        sim.write(off, &[b ^ 0x08]).expect("write");
+        sim.persist(off, 1).expect("persist");
+        at
+    });
+}
+
+#[path = "common/mod.rs"]
+mod tlsm_common;
+
+/// Crashes: a database with lists at L0 and deeper and a memtable of
+/// synced writes in the PM WAL, then a flush and a full compaction with
+/// the power cut before each of their first `dense` durability events, then a sample of the others (PM persists and
+/// file syncs): the flush's buffer written but not its list, outputs of a
+/// compaction linked but not closed, ... Repair on what was durable
+/// (the MANIFEST as the crash left it: repair does not read it) gives
+/// exactly the acknowledged writes. Returns (crashes, crashes whose repair
+/// read a buffer no list links, crashes that left a list not closed).
+fn tlsm_crash_repair(
+    variant: tierkv::options::TlsmVariant,
+    policy: tierkv::options::TlsmPolicy,
+    dense: u64,
+) -> (u64, u64, u64) {
+    use tierkv::storage::Power;
+    use tlsm_common::crash::{Countdown, CountingFs, CountingRegion};
+    let what = format!("tlsm {} {} crash", variant.name(), policy.name());
+    let plain = |fs: &MemFs, sim: &Arc<SimRegion>| {
+        let mut o = tlsm_options(fs, sim, variant, policy);
+        // Compaction only when the test asks.
+        o.l0_compaction_trigger = 100;
+        o.l0_slowdown_trigger = 200;
+        o.l0_stop_trigger = 300;
+        o
+    };
+    let write = |db: &Db, model: &mut Model, from: u32, n: u32| {
+        for i in from..from + n {
+            let k = key(i % 1_200);
+            let mut b = WriteBatch::new();
+            if i % 9 == 4 {
+                b.delete(&k);
+                model.remove(&k);
+            } else {
+                let v = format!("{i}-").repeat(1 + (i % 13) as usize).into_bytes();
+                b.put(&k, &v);
+                model.insert(k, v);
+            }
+            db.write(b, &WriteOptions { sync: true }).expect("write");
+        }
+    };
+    // The image: lists at L0 and below, then a memtable of synced writes.
+    let mut model = Model::new();
+    let (fs0, sim0) = {
+        let fs = MemFs::new();
+        let sim = Arc::new(SimRegion::new(PM_BYTES));
+        let db = Db::open(dir(), plain(&fs, &sim)).expect("open");
+        for round in 0..3 {
+            write(&db, &mut model, round * 700, 700);
+            db.flush().expect("flush");
+        }
+        db.compact_range(None, None).expect("compact");
+        for round in 3..5 {
+            write(&db, &mut model, round * 700, 700);
+            db.flush().expect("flush");
+        }
+        write(&db, &mut model, 5 * 700, 600);
+        db.close().expect("close");
+        (fs.crash(), sim.crash())
+    };
+    let op = |db: &Db| {
+        let _ = db.flush();
+        let _ = db.compact_range(None, None);
+    };
+    // Each run: the image opened (its WAL replayed and flushed), a
+    // memtable of synced writes, then the operation.
+    let run = |n: Option<u64>| -> (u64, Option<(MemFs, SimRegion)>, Model) {
+        let power = Power::new();
+        let fs = fs0.crash();
+        fs.set_power(power.clone());
+        let sim = Arc::new(sim0.crash());
+        sim.set_power(power.clone());
+        let cd = Countdown::new(power);
+        let mut o = plain(&fs, &sim);
+        o.fs = Arc::new(CountingFs {
+            inner: fs.clone(),
+            cd: Arc::clone(&cd),
+        });
+        o.pm_region = Some(Arc::new(CountingRegion {
+            inner: Arc::clone(&sim),
+            cd: Arc::clone(&cd),
+        }));
+        let db = Db::open(dir(), o).expect("open the image");
+        let mut model = model.clone();
+        write(&db, &mut model, 6_000, 300);
+        cd.arm(n.unwrap_or(u64::MAX));
+        op(&db);
+        let events = cd.events.load(std::sync::atomic::Ordering::SeqCst);
+        cd.power.lock().cut();
+        let image = n.map(|_| (fs.crash(), sim.crash()));
+        drop(db);
+        (events, image, model)
+    };
+    let (total, _, _) = run(None);
+    assert!(total > 10, "{what}: only {total} durability events");
+    let (mut crashes, mut orphans, mut unclosed, mut stale) = (0, 0, 0, 0);
+    // Every event of the flush (the first few), then a sample.
+    let sample = (total / 25).max(1);
+    let points: Vec<u64> = (0..=dense.min(total))
+        .chain((dense + 1..=total).step_by(sample as usize))
+        .collect();
+    for n in points {
+        let (_, image, model) = run(Some(n));
+        let (fs, sim) = image.expect("an image");
+        let sim = Arc::new(sim);
+        let at = format!("{what} before event {n} of {total}");
+        let report = Db::repair(dir(), plain(&fs, &sim)).expect("repair");
+        if std::env::var_os("TLSM_REPAIR_TRACE").is_some() {
+            eprintln!("{at}: {report}");
+        }
+        if report
+            .sources
+            .iter()
+            .any(|s| s.kind == SourceKind::PmBuffer && s.entries > 0)
+        {
+            orphans += 1;
+        }
+        if report
+            .sources
+            .iter()
+            .any(|s| s.kind == SourceKind::PmSkipList && s.name.contains("not closed"))
+        {
+            unclosed += 1;
+        }
+        // Problems are allowed: the PM WAL may end in a torn tail, and the
+        // runs a flush or a job had taken but not written yet hold stale
+        // headers of freed lists and buffers (skipped when they do not
+        // verify). What counts is that nothing is lost and nothing
+        // invented.
+        if report
+            .problems
+            .iter()
+            .any(|p| p.contains("skip list") || p.contains("buffer"))
+        {
+            stale += 1;
+        }
+        let db = Db::open(dir(), plain(&fs, &sim)).expect("open after repair");
+        let got = contents(&db);
+        if got != model {
+            let missing = model.keys().filter(|k| !got.contains_key(*k)).count();
+            let extra = got.keys().filter(|k| !model.contains_key(*k)).count();
+            let differ = got
+                .iter()
+                .filter(|(k, v)| model.get(*k).is_some_and(|m| m != *v))
+                .count();
+            panic!("{at}: {missing} missing, {extra} invented, {differ} differ\n{report}");
+        }
+        db.close().expect("close");
+        crashes += 1;
+    }
+    eprintln!(
+        "{what}: {total} events, {crashes} crashes, {orphans} read a buffer no list links, {unclosed} left a list not closed, {stale} skipped a stale list or buffer"
+    );
+    (crashes, orphans, unclosed)
+}
+
+#[test]
+fn tlsm_repair_after_crashes_full() {
+    use tierkv::options::{TlsmPolicy, TlsmVariant};
+    // Crashes between a flush's buffer and its list's header are a window
+    // of one or two events whose number varies with the background
+    // threads' events: counted (and printed), not required; the damaged
+    // header test reads such a buffer deterministically.
+    let (_, _, unclosed) = tlsm_crash_repair(TlsmVariant::Full, TlsmPolicy::None, 150);
+    assert!(unclosed > 0, "no crash left a compaction output not closed");
+}
+
+#[test]
+fn tlsm_repair_after_crashes_ps_bac() {
+    use tierkv::options::{TlsmPolicy, TlsmVariant};
+    let (_, _, unclosed) = tlsm_crash_repair(TlsmVariant::PsBac, TlsmPolicy::Lru, 60);
+    assert!(unclosed > 0, "no crash left a compaction output not closed");
 }

@@ -15,7 +15,8 @@
 //! - with a PM tier configured (`Options::pm_dir` or `pm_region`): the PM
 //!   WAL extent chains (`PmLog::find_chains`) and the design's own
 //!   structures (`design::salvage`: the RowTables of `triangle` /
-//!   `matrix`, ...), found by their magic at page starts. With a page
+//!   `matrix`, the closed skip lists and unlinked persistent buffers of
+//!   `tlsm`, ...), found by their magic at page starts. With a page
 //!   allocator that opens, only allocated pages are looked at (freed
 //!   structures are skipped); without one, every page is. Entries that do
 //!   not verify are skipped (a row's entries whose value extent fails its

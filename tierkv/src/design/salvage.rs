@@ -15,7 +15,7 @@
 //! | `triangle`, `matrix` | the RowTables ([`super::container::salvage`]) |
 //! | `rangetab` | the RangeTab buffers: each chunk that verifies, up to the header's used bytes ([`super::rangetab::salvage`]) |
 //! | `nvcache` | the completed NVTables (offset arrays) and the logs (active NVTables; there is no WAL) ([`super::nvcache::salvage`]) |
-//! | `tlsm` | not yet: repair refuses it before touching anything |
+//! | `tlsm` | every closed persistent skip list, and every persistent buffer no list that opened links ([`super::tlsm::salvage`]) |
 
 use std::sync::Arc;
 
@@ -43,11 +43,16 @@ pub enum SourceKind {
     /// An NVTable log in the PM region (`nvcache`): the node list of an
     /// active NVTable, which is the design's write-ahead log.
     NvLog,
+    /// A closed persistent skip list in the PM region (`tlsm`).
+    PmSkipList,
+    /// A persistent buffer no skip list that opened links (`tlsm`).
+    PmBuffer,
 }
 
 impl SourceKind {
     /// What it is, in words ("table", "WAL", "PM WAL", "PM row",
-    /// "RangeTab buffer", "NVTable", "NVTable log").
+    /// "RangeTab buffer", "NVTable", "NVTable log", "PM skip list", "PM
+    /// buffer").
     pub fn name(self) -> &'static str {
         match self {
             SourceKind::Sst => "table",
@@ -57,6 +62,8 @@ impl SourceKind {
             SourceKind::PmRangeTab => "RangeTab buffer",
             SourceKind::NvTable => "NVTable",
             SourceKind::NvLog => "NVTable log",
+            SourceKind::PmSkipList => "PM skip list",
+            SourceKind::PmBuffer => "PM buffer",
         }
     }
 }
@@ -79,14 +86,20 @@ pub struct Salvaged {
     pub problems: Vec<String>,
 }
 
-/// Whether repair can read every PM structure `design` keeps. A design it
-/// cannot read is refused: the rebuilt database references nothing in PM,
-/// so its next open would give the unread structures' pages back.
+/// Whether repair can read every PM structure `design` keeps (every
+/// design today). A design it could not read would be refused: the
+/// rebuilt database references nothing in PM, so its next open would give
+/// the unread structures' pages back. A new design answers here when it
+/// joins (the match is exhaustive).
 pub fn can_salvage(design: Preset) -> bool {
     match design {
-        Preset::Classic | Preset::Vlsm | Preset::Triangle | Preset::Matrix => true,
-        Preset::RangeTab | Preset::NvCache => true,
-        Preset::Tlsm => false,
+        Preset::Classic
+        | Preset::Vlsm
+        | Preset::Triangle
+        | Preset::Matrix
+        | Preset::RangeTab
+        | Preset::NvCache
+        | Preset::Tlsm => true,
     }
 }
 
@@ -99,6 +112,6 @@ pub fn salvage_pm(design: Preset, region: &Arc<dyn PmRegion>, pages: &[u64]) -> 
         Preset::Triangle | Preset::Matrix => super::container::salvage::rows(region, pages),
         Preset::RangeTab => super::rangetab::salvage::salvage(region, pages),
         Preset::NvCache => super::nvcache::salvage::salvage(region, pages),
-        Preset::Tlsm => Vec::new(),
+        Preset::Tlsm => super::tlsm::salvage::salvage(region, pages),
     }
 }

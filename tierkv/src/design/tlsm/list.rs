@@ -197,6 +197,33 @@ impl SkipList {
         verify_data: bool,
         verified: &Verified,
     ) -> Result<SkipList> {
+        let keys = Some((meta.smallest.as_slice(), meta.largest.as_slice()));
+        Self::open_checked(region, meta, keys, verify_data, verified)
+    }
+
+    /// [`open`](Self::open) for a list found in the region without a
+    /// MANIFEST (`Db::repair`, `design/tlsm/salvage.rs`): `meta` is derived
+    /// from the list's own header and directory (id, `pm_pages`, entries,
+    /// entry bytes). Every check of `open` is made but the first and last
+    /// keys' (only a MANIFEST records them; the walk still checks that the
+    /// keys ascend).
+    pub fn open_found(
+        region: Arc<dyn PmRegion>,
+        meta: &TableMeta,
+        verify_data: bool,
+        verified: &Verified,
+    ) -> Result<SkipList> {
+        Self::open_checked(region, meta, None, verify_data, verified)
+    }
+
+    /// `open`, with the first and last keys checked if `keys` are given.
+    fn open_checked(
+        region: Arc<dyn PmRegion>,
+        meta: &TableMeta,
+        keys: Option<(&[u8], &[u8])>,
+        verify_data: bool,
+        verified: &Verified,
+    ) -> Result<SkipList> {
         let name = region.name().to_string();
         if meta.tier != Tier::Pm || meta.format != TableFormat::PmSkipList {
             return Err(Error::corruption(
@@ -255,7 +282,7 @@ impl SkipList {
             dir,
         };
         l.check_buffers(verify_data, verified)?;
-        l.sentinel = l.walk(meta, verify_data)?;
+        l.sentinel = l.walk(keys, verify_data)?;
         Ok(l)
     }
 
@@ -318,8 +345,8 @@ impl SkipList {
     }
 
     /// Walks every node from the head (module doc); returns the sentinel's
-    /// offset.
-    fn walk(&self, meta: &TableMeta, verify_data: bool) -> Result<u64> {
+    /// offset. `keys`: the first and last internal keys the list must have.
+    fn walk(&self, keys: Option<(&[u8], &[u8])>, verify_data: bool) -> Result<u64> {
         let name = self.region.name();
         let bad = |off: u64, what: String| {
             Error::corruption(name, off, format!("skip list {}: {what}", self.id))
@@ -379,7 +406,7 @@ impl SkipList {
                 if nh.crc != crc {
                     return Err(bad(pos + 12, "node checksum mismatch".into()));
                 }
-                if n > 0 && last_key != meta.largest {
+                if n > 0 && keys.is_some_and(|(_, largest)| last_key != largest) {
                     return Err(bad(pos, "last key differs from the MANIFEST's".into()));
                 }
                 for (l, &t) in tall.iter().enumerate().skip(1) {
@@ -418,7 +445,7 @@ impl SkipList {
                 return Err(bad(nh.entry_off, "malformed internal key".into()));
             }
             if n == 0 {
-                if ikey != meta.smallest.as_slice() {
+                if keys.is_some_and(|(smallest, _)| ikey != smallest) {
                     return Err(bad(
                         nh.entry_off,
                         "first key differs from the MANIFEST's".into(),

@@ -161,6 +161,7 @@ pub mod list;
 pub mod picker;
 pub mod refs;
 mod run;
+pub mod salvage;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
