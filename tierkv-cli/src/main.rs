@@ -144,10 +144,10 @@ enum Cmd {
         no_flush: bool,
     },
     /// Rebuild a database whose MANIFEST is damaged or lost from the tables
-    /// and logs found, and the PM tier's WALs and rows (Db::repair); the
-    /// files read are kept in DIR/lost/; prints what was recovered and what
-    /// could not be. Without a readable MANIFEST, give --design (the
-    /// database is rebuilt with one region).
+    /// and logs found, and the PM tier's WALs and design structures
+    /// (Db::repair); the files read are kept in DIR/lost/; prints what was
+    /// recovered and what could not be. Without a readable MANIFEST, give
+    /// --design (the database is rebuilt with one region).
     Repair,
     /// Move the database to design --to when that design cannot open it as
     /// it is (its data sits in another PM layout): flush, compact its PM

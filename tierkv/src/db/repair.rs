@@ -15,8 +15,9 @@
 //! - with a PM tier configured (`Options::pm_dir` or `pm_region`): the PM
 //!   WAL extent chains (`PmLog::find_chains`) and the design's own
 //!   structures (`design::salvage`: the RowTables of `triangle` /
-//!   `matrix`, the closed skip lists and unlinked persistent buffers of
-//!   `tlsm`, ...), found by their magic at page starts. With a page
+//!   `matrix`, the RangeTab buffers of `rangetab`, the NVTables and logs
+//!   of `nvcache`, the closed skip lists and unlinked persistent buffers
+//!   of `tlsm`), found by their magic at page starts. With a page
 //!   allocator that opens, only allocated pages are looked at (freed
 //!   structures are skipped); without one, every page is. Entries that do
 //!   not verify are skipped (a row's entries whose value extent fails its
@@ -49,14 +50,17 @@
 //! tombstone a compaction already dropped can reappear if an older version
 //! of it survives in a file or a PM structure the version no longer
 //! referenced (an obsolete table not deleted yet, a row extent the
-//! container had consumed but not freed): the same limit as RocksDB's
-//! repairer. Everything skipped is listed in [`RepairReport::problems`].
+//! container had consumed but not freed, a RangeTab buffer a merge left
+//! stale, a structure over pages freed and reused but not yet
+//! overwritten): the same limit as RocksDB's repairer. Everything skipped
+//! is listed in [`RepairReport::problems`]; each design's own limits are
+//! in its `salvage.rs` and docs/format/pm.md.
 //!
 //! The PM structures of each design are read by the design
-//! (`design/salvage.rs`); a design whose structures repair cannot read is
-//! refused with `InvalidOptions` before anything is touched: the rebuilt
-//! database would reference nothing in PM, and its next open would give
-//! their pages back.
+//! (`design/salvage.rs`); a design whose structures repair could not read
+//! would be refused with `InvalidOptions` before anything is touched (the
+//! rebuilt database would reference nothing in PM, and its next open
+//! would give their pages back). Every design's are read today.
 
 use std::fmt;
 use std::path::Path;
