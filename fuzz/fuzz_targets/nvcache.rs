@@ -28,6 +28,10 @@
 //! the appended groups, whole groups only (all of them if power stayed
 //! on), and the table built from its nodes answers every get like a model.
 
+//!
+//! Every image (damaged or not) is also read as `Db::repair` reads it
+//! without a MANIFEST (`design::salvage::salvage_pm`, the `salvage`
+//! function below).
 #![no_main]
 
 use std::collections::{BTreeMap, HashSet};

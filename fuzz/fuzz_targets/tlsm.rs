@@ -33,6 +33,10 @@
 //! flushed, and the resumed compaction produces every entry it must keep,
 //! in order.
 
+//!
+//! Every image (damaged or not) is also read as `Db::repair` reads it
+//! without a MANIFEST (`design::salvage::salvage_pm`, the `salvage`
+//! function below).
 #![no_main]
 
 use std::sync::atomic::{AtomicU64, Ordering};
