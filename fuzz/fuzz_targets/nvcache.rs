@@ -27,11 +27,11 @@
 //! XOR) triples damaging the region. An undamaged log walks to a prefix of
 //! the appended groups, whole groups only (all of them if power stayed
 //! on), and the table built from its nodes answers every get like a model.
-
 //!
 //! Every image (damaged or not) is also read as `Db::repair` reads it
 //! without a MANIFEST (`design::salvage::salvage_pm`, the `salvage`
 //! function below).
+
 #![no_main]
 
 use std::collections::{BTreeMap, HashSet};

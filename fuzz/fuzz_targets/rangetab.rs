@@ -27,11 +27,11 @@
 //! Whatever the mode, the whole input is also decoded as a layout record,
 //! a buffer record and a buffer header; a record that decodes re-encodes
 //! to the same value.
-
 //!
 //! Every image (damaged or not) is also read as `Db::repair` reads it
 //! without a MANIFEST (`design::salvage::salvage_pm`, the `salvage`
 //! function below).
+
 #![no_main]
 
 use std::collections::BTreeMap;

@@ -32,11 +32,11 @@
 //! damaging the crash image. Undamaged lists read back exactly what was
 //! flushed, and the resumed compaction produces every entry it must keep,
 //! in order.
-
 //!
 //! Every image (damaged or not) is also read as `Db::repair` reads it
 //! without a MANIFEST (`design::salvage::salvage_pm`, the `salvage`
 //! function below).
+
 #![no_main]
 
 use std::sync::atomic::{AtomicU64, Ordering};
