@@ -261,6 +261,8 @@ impl Global {
         if let Some(p) = &self.pm_dir {
             opts.pm_dir = Some(p.clone());
             opts.pm_size_bytes = self.pm_size;
+            // As `open` will size them (`inspect::options_for`).
+            tierkv::inspect::fit_memtables_to_pm(&mut opts);
         }
         o.note(&format!(
             "creating a `{design}` database in {}",
@@ -391,10 +393,8 @@ fn run(cli: &Cli, o: &mut Output) -> Res<()> {
                     Err(_) => g.pm_size,
                 };
                 target.pm_dir = Some(pm);
-                // Memtables of a quarter of the region at most, as
-                // `inspect::options_for` sizes them.
-                let fit = usize::try_from(target.pm_size_bytes / 4).unwrap_or(usize::MAX);
-                target.memtable_size_bytes = target.memtable_size_bytes.min(fit.max(64 << 10));
+                // As `inspect::options_for` sizes them.
+                tierkv::inspect::fit_memtables_to_pm(&mut target);
             }
             let r = Db::migrate(dir, from, target)?;
             o.json(json!({

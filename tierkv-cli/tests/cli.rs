@@ -606,3 +606,22 @@ fn pm_and_verify_read_every_designs_own_structures() {
         );
     }
 }
+
+/// `put` creates a database of every PM design with the default
+/// `--pm-size` (memtables sized to the region, as `open` sizes them), and
+/// the next commands open it.
+#[test]
+fn put_creates_every_pm_design_with_the_default_pm_size() {
+    for design in ["triangle", "matrix", "rangetab", "nvcache", "tlsm"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let (db, pm) = (tmp.path().join("db"), tmp.path().join("pm"));
+        ok(&tierkv(
+            &db,
+            Some(&pm),
+            &["--design", design, "put", "apple", "red"],
+        ));
+        ok(&tierkv(&db, Some(&pm), &["put", "kiwi", "green"]));
+        assert_eq!(ok(&tierkv(&db, Some(&pm), &["get", "apple"])), "red\n");
+        assert!(ok(&tierkv(&db, Some(&pm), &["verify"])).contains("no damage"));
+    }
+}

@@ -480,11 +480,7 @@ pub fn options_for(
             let len = fs.file_size(&p.join(PM_REGION_FILE))?;
             o.pm_dir = Some(p.to_path_buf());
             o.pm_size_bytes = len;
-            // A PM container must hold two WALs and a flushed memtable:
-            // memtables of a quarter of the region at most (the benchmark's
-            // ratio at every scale).
-            let fit = usize::try_from(len / 4).unwrap_or(usize::MAX);
-            o.memtable_size_bytes = o.memtable_size_bytes.min(fit.max(64 << 10));
+            fit_memtables_to_pm(&mut o);
         }
         None if needs_pm => {
             return Err(Error::InvalidOptions(format!(
@@ -496,6 +492,20 @@ pub fn options_for(
         None => {}
     }
     Ok((o, inference))
+}
+
+/// Lowers `o.memtable_size_bytes` so that the PM region of
+/// `o.pm_size_bytes` takes what the design keeps of its memtables: a
+/// quarter of the region (two WALs and a flushed memtable in `triangle` /
+/// `matrix`, two logs and a cache in `nvcache`, the WALs and the
+/// RangeTabs in `rangetab`: the benchmark's ratio at every scale), an
+/// eighth in `tlsm` (two flushed memtables and two WALs). What the tool
+/// opens and creates a PM database with; the library's own defaults are
+/// left to the caller.
+pub fn fit_memtables_to_pm(o: &mut Options) {
+    let share = if o.design == Preset::Tlsm { 8 } else { 4 };
+    let fit = usize::try_from(o.pm_size_bytes / share).unwrap_or(usize::MAX);
+    o.memtable_size_bytes = o.memtable_size_bytes.min(fit.max(64 << 10));
 }
 
 /// `Options` for `Db::repair` of the database in `dir`: those of
