@@ -1164,9 +1164,6 @@ fn tlsm_ps_bac_repair_with_a_damaged_node() {
     });
 }
 
-#[path = "common/mod.rs"]
-mod tlsm_common;
-
 /// Crashes: a database with lists at L0 and deeper and a memtable of
 /// synced writes in the PM WAL, then a flush and a full compaction with
 /// the power cut before each of their first `dense` durability events, then a sample of the others (PM persists and
@@ -1181,7 +1178,6 @@ fn tlsm_crash_repair(
     dense: u64,
 ) -> (u64, u64, u64) {
     use tierkv::storage::Power;
-    use tlsm_common::crash::{Countdown, CountingFs, CountingRegion};
     let what = format!("tlsm {} {} crash", variant.name(), policy.name());
     let plain = |fs: &MemFs, sim: &Arc<SimRegion>| {
         let mut o = tlsm_options(fs, sim, variant, policy);
