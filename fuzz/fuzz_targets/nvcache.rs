@@ -29,10 +29,14 @@
 //! on), and the table built from its nodes answers every get like a model.
 //!
 //! Every image (damaged or not) is also read as `Db::repair` reads it
-//! without a MANIFEST (`design::salvage::salvage_pm`, the `salvage`
-//! function below).
+//! without a MANIFEST (`design::salvage::salvage_pm`, through
+//! `common/salvage.rs`).
 
 #![no_main]
+
+#[path = "common/salvage.rs"]
+mod common_salvage;
+use common_salvage::salvage;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -614,48 +618,4 @@ fn build(
         Some((entries, ends, power_on)),
         rest,
     ))
-}
-
-/// `Db::repair`'s reading of the region (`design::salvage::salvage_pm`,
-/// every page from `first_page` on, as without a page allocator): never a
-/// panic, each source's entries in internal-key order
-/// and each a parseable internal key, every error a corruption naming the
-/// region. Returns the entries read and whether any problem was reported.
-fn salvage(region: &Arc<dyn PmRegion>, preset: tierkv::Preset, first_page: u64) -> (u64, bool) {
-    let pages: Vec<u64> = (first_page..region.len() / PAGE).collect();
-    let (mut entries, mut problems) = (0u64, false);
-    for s in tierkv::design::salvage::salvage_pm(preset, region, &pages) {
-        problems |= !s.problems.is_empty();
-        let Some(mut it) = s.entries else {
-            problems = true;
-            continue;
-        };
-        it.seek_to_first();
-        let mut last: Option<Vec<u8>> = None;
-        while it.valid() {
-            let k = it.key().to_vec();
-            assert!(key::parse_internal_key(&k).is_some(), "{}: a bad key", s.name);
-            if let Some(l) = &last {
-                // Duplicates are harmless (repair keeps one); disorder is not.
-                assert_ne!(
-                    key::compare_internal(l, &k),
-                    std::cmp::Ordering::Greater,
-                    "{}: entries out of order",
-                    s.name
-                );
-            }
-            let _ = it.value().len();
-            last = Some(k);
-            entries += 1;
-            it.next();
-        }
-        if let Err(e) = it.status() {
-            problems = true;
-            match &e {
-                Error::Corruption { at, .. } => assert_eq!(at.source, region.name(), "{e}"),
-                _ => panic!("not a corruption: {e}"),
-            }
-        }
-    }
-    (entries, problems)
 }
