@@ -21,9 +21,10 @@
 //! locator of its own structures (a function from the built database to
 //! byte ranges, e.g. its PM tables and their metadata; the files, the PM
 //! allocator and the PM WAL are located for every design). `pm_pages`
-//! serves a design without a locator of its own (`rangetab`, `tlsm`,
-//! `nvcache`): its allocated PM runs, damaged without knowing their
-//! layout.
+//! serves a design without a locator of its own (`tlsm`, `nvcache`): its
+//! allocated PM runs, damaged without knowing their layout. `rangetab`
+//! preallocates every buffer at create, so its runs are mostly free space:
+//! `pm_rangetab` damages each buffer's header and the chunks it holds.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -85,7 +86,7 @@ designs! {
     campaign_vlsm: DesignCase { name: "vlsm", preset: Preset::Vlsm, pm: false, wal_on_pm: false, locate: nothing_more },
     campaign_triangle: DesignCase { name: "triangle", preset: Preset::Triangle, pm: true, wal_on_pm: true, locate: pm_container },
     campaign_matrix: DesignCase { name: "matrix", preset: Preset::Matrix, pm: true, wal_on_pm: true, locate: pm_container },
-    campaign_rangetab: DesignCase { name: "rangetab", preset: Preset::RangeTab, pm: true, wal_on_pm: true, locate: pm_pages },
+    campaign_rangetab: DesignCase { name: "rangetab", preset: Preset::RangeTab, pm: true, wal_on_pm: true, locate: pm_rangetab },
     campaign_tlsm: DesignCase { name: "tlsm", preset: Preset::Tlsm, pm: true, wal_on_pm: true, locate: pm_pages },
     campaign_nvcache: DesignCase { name: "nvcache", preset: Preset::NvCache, pm: true, wal_on_pm: true, locate: pm_pages },
 }
@@ -337,6 +338,61 @@ fn pm_pages(b: &Built) -> Vec<Target> {
             range: run.start * PAGE..run.end * PAGE,
         })
         .collect()
+}
+
+/// `rangetab`: each buffer's 64-byte header and its chunks (up to the
+/// header's `used`; docs/format/pm.md, "RangeTab"). The free space after
+/// them is not read by anything.
+fn pm_rangetab(b: &Built) -> Vec<Target> {
+    let Some(r) = region(b) else {
+        return Vec::new();
+    };
+    let mut buffers: Vec<(u64, u64)> = allocated_pages(&r)
+        .into_iter()
+        .filter(|&p| r.slice(p * PAGE, 8).expect("slice") == b"RangeTab")
+        .map(|p| {
+            let header = r.slice(p * PAGE, 64).expect("header");
+            (
+                p,
+                u64::from_le_bytes(header[24..32].try_into().expect("8 bytes")),
+            )
+        })
+        .collect();
+    if !full() {
+        // A sample, as of the SSTs: the first, the last and two between of
+        // the buffers holding chunks, and one empty buffer.
+        let (full_bufs, empty): (Vec<_>, Vec<_>) = buffers.iter().partition(|b| b.1 > 0);
+        let n = full_bufs.len();
+        let mut keep: Vec<(u64, u64)> = [0, n / 3, 2 * n / 3, n.saturating_sub(1)]
+            .into_iter()
+            .filter_map(|i| full_bufs.get(i).copied())
+            .chain(empty.first().copied())
+            .collect();
+        keep.sort_unstable();
+        keep.dedup();
+        buffers = keep;
+    }
+    let mut t = Vec::new();
+    for (page, used) in buffers {
+        let at = page * PAGE;
+        t.push(Target {
+            what: format!("RangeTab buffer at page {page}: header"),
+            place: Place::Pm,
+            range: at..at + 64,
+        });
+        if used > 0 {
+            t.push(Target {
+                what: format!("RangeTab buffer at page {page}: chunks"),
+                place: Place::Pm,
+                range: at + 64..at + 64 + used,
+            });
+        }
+    }
+    assert!(
+        t.iter().any(|x| x.what.ends_with("chunks")),
+        "a flush left chunks in a buffer"
+    );
+    t
 }
 
 /// `triangle` / `matrix`: the rows (metadata runs and value extents) and the
