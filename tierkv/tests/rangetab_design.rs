@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use tierkv::storage::mem::MemFs;
 use tierkv::storage::sim::SimRegion;
-use tierkv::storage::PmRegion;
+use tierkv::storage::{FileSystem, PmRegion};
 use tierkv::{Db, Error, Options, Preset, ReadOptions};
 
 const PM_BYTES: usize = 8 << 20;
@@ -159,6 +159,15 @@ fn options_are_refused_naming_the_option() {
         ),
         "rangetab_count",
     );
+    // That refusal comes once the region is mapped, after the engine began
+    // creating the database: the failed create leaves nothing behind.
+    let left: Vec<String> = fs
+        .list(&PathBuf::from("/db"))
+        .expect("list")
+        .into_iter()
+        .filter(|n| n != "LOCK")
+        .collect();
+    assert!(left.is_empty(), "a refused create left {left:?}");
     // Fixed at creation: reopening with other sizes or boundaries is refused.
     drop(open(o.clone()));
     refused(

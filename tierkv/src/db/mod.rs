@@ -231,7 +231,7 @@ struct Inner {
     limiter: Option<Arc<crate::storage::limiter::BackgroundLimiter>>,
     last_seq: AtomicU64,
     snapshots: Arc<Mutex<BTreeMap<SeqNo, usize>>>,
-    _lock: Box<dyn FileLock>,
+    _lock: Arc<dyn FileLock>,
     /// The PM directory's lock (`identity.rs`), with `pm_dir`.
     _pm_lock: Option<crate::storage::pm::PmLock>,
 }

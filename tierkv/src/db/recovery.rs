@@ -28,7 +28,9 @@
 //!    freed PM WALs).
 //! 9. Last, so that an open that fails deletes nothing: remove the files
 //!    the database no longer needs (`obsolete.rs`), or keep them in `lost/`
-//!    when the manifest or a WAL was damaged ([`Salvage`]).
+//!    when the manifest or a WAL was damaged ([`Salvage`]). A *create*
+//!    that fails at any step removes the files it wrote (the directory
+//!    held nothing but LOCK), so the next open starts from nothing.
 //!
 //! Damage: a MANIFEST or WAL record that is complete but fails its
 //! checksum is `Error::Corruption` naming the file and offset (only an
@@ -56,7 +58,7 @@ use crate::stats::{StatsRecorder, Tier};
 use crate::storage::alloc::PageRun;
 use crate::storage::limiter::{BackgroundLimiter, GovernedFs};
 use crate::storage::pm::PmTier;
-use crate::storage::FileSystem;
+use crate::storage::{FileLock, FileSystem};
 use crate::version::closed::Closed;
 use crate::version::edit::VersionEdit;
 use crate::version::set::{wal_name, Recovered, VersionSet};
@@ -88,7 +90,7 @@ pub(super) fn open(
         None => Arc::clone(&options.fs),
     };
     fs.create_dir_all(&dir)?;
-    let lock = fs.lock(&dir.join("LOCK"))?;
+    let lock: Arc<dyn FileLock> = Arc::from(fs.lock(&dir.join("LOCK"))?);
     let exists = fs.exists(&dir.join("CURRENT"));
     if exists && options.error_if_exists {
         return Err(Error::InvalidOptions(format!(
@@ -106,6 +108,41 @@ pub(super) fn open(
         }
     }
 
+    let opened = open_locked(
+        &dir,
+        &fs,
+        options,
+        factory,
+        limiter,
+        Arc::clone(&lock),
+        exists,
+    );
+    if opened.is_err() && !exists {
+        // A create that fails (e.g. a design refusing its PM geometry once
+        // the region is mapped) leaves no half-made database behind: the
+        // directory held nothing but LOCK, so every file in it now is one
+        // this open wrote. Still under the lock. Best effort: the error
+        // that stopped the open is the one to report.
+        if let Ok(names) = fs.list(&dir) {
+            for name in names.iter().filter(|n| n.as_str() != "LOCK") {
+                let _ = fs.remove(&dir.join(name));
+            }
+        }
+    }
+    opened
+}
+
+/// Steps 2–9 of the module doc, under the directory's lock.
+fn open_locked(
+    dir: &Path,
+    fs: &Arc<dyn FileSystem>,
+    options: Options,
+    factory: Option<&DesignFactory>,
+    limiter: Option<Arc<BackgroundLimiter>>,
+    lock: Arc<dyn FileLock>,
+    exists: bool,
+) -> Result<Arc<Inner>> {
+    let (dir, fs) = (dir.to_path_buf(), Arc::clone(fs));
     // Who the database is, against the options: refused here, before
     // anything is written (`identity.rs`).
     let admitted = identity::admit(fs.as_ref(), &dir, exists, &options)?;
