@@ -886,11 +886,14 @@ pub struct SalvagedLog {
 /// it as in `walk`, but is named in `problems`: it is also what damage to
 /// the last group looks like.
 ///
-/// Damage in a node itself ends the walk there: the rest of the log is
-/// not read (group boundaries cannot be told after a lost node), and the
-/// verified nodes of the group it cut are dropped with it (a group is one
-/// batch, applied whole or not at all). `Err` only if segment 0 itself
-/// does not check (or is not log `number`'s).
+/// Damage in a node itself ends the list walk there; the rest of the
+/// log is then read by place ([`resync`]): every node that checks after
+/// the last whole group, in the order the writer placed them, taken in
+/// whole groups from the first group start that can be proven. The
+/// verified nodes of a group the damage cut are dropped with it (a group
+/// is one batch, applied whole or not at all), and so is every group
+/// whose start cannot be proven. `Err` only if segment 0 itself does not
+/// check (or is not log `number`'s).
 pub fn walk_salvage(region: &dyn PmRegion, locator: u64, number: u64) -> Result<SalvagedLog> {
     let mut problems = Vec::new();
     let chain = read_chain(region, locator, number, Some(&mut problems))?;
@@ -904,18 +907,28 @@ pub fn walk_salvage(region: &dyn PmRegion, locator: u64, number: u64) -> Result<
         &mut out,
     ) {
         problems.push(e);
-        let cut = out.nodes.len().saturating_sub(out.whole);
-        if let Some(first) = out.nodes.get(out.whole) {
+        let cut = out.nodes.get(out.whole).cloned();
+        let cut_count = out.nodes.len().saturating_sub(out.whole);
+        out.nodes.truncate(out.whole);
+        resync(
+            region,
+            &chain,
+            number,
+            cut.as_ref(),
+            &mut out,
+            &mut problems,
+        );
+        let cut = cut.map(|c| c.at);
+        if let Some(at) = cut.filter(|&at| !out.nodes.iter().any(|n| n.at == at)) {
             problems.push(Error::corruption(
                 region.name(),
-                first.at,
+                at,
                 format!(
-                    "NVTable log {number}: the {cut} verified nodes of the group the damage cut \
-                     were dropped (a group is one batch: applied whole or not at all)"
+                    "NVTable log {number}: the {cut_count} verified nodes of the group the damage \
+                     cut were dropped (a group is one batch: applied whole or not at all)"
                 ),
             ));
         }
-        out.nodes.truncate(out.whole);
     }
     Ok(SalvagedLog {
         segs: chain.segs,
@@ -923,6 +936,303 @@ pub fn walk_salvage(region: &dyn PmRegion, locator: u64, number: u64) -> Result<
         nodes: out.nodes,
         problems,
     })
+}
+
+/// A node that checks, found by place after damage ([`resync`]).
+struct Found {
+    at: u64,
+    size: u64,
+    seq: SeqNo,
+    group: u32,
+    ikey: Vec<u8>,
+}
+
+/// [`walk_salvage`] after damage ended its list walk: reads on by place
+/// and appends to `out` the whole groups it can prove.
+///
+/// Where: from the end of the last whole group the walk accepted — or,
+/// with none, from the first node of the group the damage cut (`cut`,
+/// the log's first node: verified, so a group start) — every node that
+/// checks (both checksums, a group size) with a seqno above the last one
+/// taken, in place order — the writer's order (rule 1) —
+/// resynchronising 8 bytes at a time over bytes that do not check, as
+/// `published_after` scans. Nothing is read when the walk verified no
+/// node: the seqno bound is what keeps out the stale nodes of a reused
+/// page (older than the log's first node), and without a verified node
+/// there is none.
+///
+/// Which: a group of g nodes is g nodes of consecutive seqnos, each
+/// carrying g, and the groups tile the seqnos from the first one (the
+/// end of the walk's last whole group). Lost nodes leave gaps; for each
+/// node found, the seqnos its group can start at are those of every
+/// tiling consistent with all the nodes found — forward from the first
+/// group start, then pruned backward to the tilings that also fit every
+/// later node ([`Phases`]). A node whose group start is then one seqno is
+/// in a proven group, taken if all its nodes are there. A group whose
+/// start stays ambiguous (every size around a gap equal: its nodes could
+/// be the tail of one batch and the head of the next) is dropped, and so
+/// is a group a lost node belongs to. A sealed log takes no more than its
+/// seal's count, and its last group ends at the seqno that count gives —
+/// which settles the tilings a lost node leaves open when every group
+/// after it has the same size (an unsealed log, the log of a crash,
+/// keeps them open: those groups are dropped).
+fn resync(
+    region: &dyn PmRegion,
+    chain: &Chain,
+    number: u64,
+    cut: Option<&WalkedNode>,
+    out: &mut Walked,
+    problems: &mut Vec<Error>,
+) {
+    let seq_of = |n: &WalkedNode| {
+        let t = &n.ikey[n.ikey.len() - 8..];
+        u64::from_le_bytes(t.try_into().expect("8 bytes")) >> 8
+    };
+    // Where to read from, and the seqno the first group starts at.
+    let (mut p, at, first) = match (out.nodes.last(), cut) {
+        (Some(last), _) => (last.at + last.size, last.at, seq_of(last) + 1),
+        (None, Some(c)) => (c.at, c.at, seq_of(c)),
+        (None, None) => return,
+    };
+    let Some(mut seg) = chain.segment_index(at) else {
+        return;
+    };
+    let mut found: Vec<Found> = Vec::new();
+    let mut above = first.saturating_sub(1);
+    while seg < chain.segs.len() {
+        let (Some(lo), hi) = (chain.nodes_start(seg), chain.seg_end(seg)) else {
+            break;
+        };
+        p = p.max(lo);
+        while p + NODE_HEADER_BYTES <= hi {
+            match Node::read(region, p, lo, hi) {
+                Ok(n) if n.group > 0 && n.value(region, true).is_ok() => {
+                    if n.seq() > above {
+                        above = n.seq();
+                        let mut ikey = Vec::with_capacity(n.key.len() + 8);
+                        ikey.extend_from_slice(n.key);
+                        ikey.extend_from_slice(&n.tag.to_le_bytes());
+                        found.push(Found {
+                            at: p,
+                            size: n.size(),
+                            seq: n.seq(),
+                            group: n.group,
+                            ikey,
+                        });
+                    }
+                    p += n.size();
+                }
+                _ => p += 8,
+            }
+        }
+        seg += 1;
+        p = 0;
+    }
+    // A sealed log's last node is the last of its group: its seqno is
+    // `first` plus the nodes the seal counts beyond those already taken.
+    let end = chain
+        .seal
+        .and_then(|c| (c as usize).checked_sub(out.nodes.len()))
+        .and_then(|left| (first + left as u64).checked_sub(1));
+    let Some(starts) = Phases::solve(first, end, &found) else {
+        problems.push(Error::corruption(
+            region.name(),
+            found.first().map_or(0, |f| f.at),
+            format!(
+                "NVTable log {number}: the {} nodes that check after the damage fit no tiling \
+                 into groups, or too many: dropped",
+                found.len()
+            ),
+        ));
+        return;
+    };
+    let cap = chain.seal.map_or(usize::MAX, |c| c as usize);
+    let (before, mut taken, mut dropped) = (out.nodes.len(), 0usize, 0usize);
+    let mut lost_from = first;
+    let mut i = 0;
+    while i < found.len() {
+        let f = &found[i];
+        let g = f.group as usize;
+        let whole = starts[i] == Some(f.seq)
+            && found.get(i..i + g).is_some_and(|run| {
+                run.iter()
+                    .enumerate()
+                    .all(|(j, n)| n.group == f.group && n.seq == f.seq + j as u64)
+            })
+            && out.nodes.len() + g <= cap;
+        if !whole {
+            dropped += 1;
+            i += 1;
+            continue;
+        }
+        let start = f.seq;
+        if start > lost_from {
+            problems.push(Error::corruption(
+                region.name(),
+                f.at,
+                format!(
+                    "NVTable log {number}: seqnos {lost_from}..={} lost (damaged nodes, or groups \
+                     whose start could not be proven); read on from the group at {} (seqno \
+                     {start})",
+                    start - 1,
+                    f.at,
+                ),
+            ));
+        }
+        for n in &mut found[i..i + g] {
+            out.nodes.push(WalkedNode {
+                at: n.at,
+                size: n.size,
+                ikey: std::mem::take(&mut n.ikey),
+            });
+        }
+        taken += g;
+        lost_from = start + g as u64;
+        i += g;
+    }
+    out.whole = out.nodes.len();
+    if dropped > 0 {
+        problems.push(Error::corruption(
+            region.name(),
+            found.first().map_or(0, |f| f.at),
+            format!(
+                "NVTable log {number}: {dropped} nodes that check after the damage were dropped: \
+                 not in a whole group whose start could be proven"
+            ),
+        ));
+    }
+    if taken > 0 {
+        log::warn!(
+            "NVTable log {number}: {taken} nodes read past the damage in whole groups \
+             ({before} before it)"
+        );
+    }
+}
+
+/// Where the group of each node found after damage can start
+/// ([`resync`]): sets of seqnos, kept as sorted disjoint inclusive ranges.
+struct Phases;
+
+/// A set of seqnos as sorted, disjoint, inclusive ranges.
+type Starts = Vec<(SeqNo, SeqNo)>;
+
+impl Phases {
+    /// More ranges than this for one node: crafted input, not a log.
+    const MAX_RANGES: usize = 64;
+
+    /// For each node of `found` (seqnos increasing, groups ≥ 1), the one
+    /// seqno its group starts at in every tiling of the seqnos from
+    /// `first` (to `end`, the last seqno of a sealed log, whose last group
+    /// ends there) consistent with all of `found`, or `None` where tilings
+    /// disagree. `None` overall when no tiling fits, or the sets grow
+    /// past [`Self::MAX_RANGES`].
+    fn solve(first: SeqNo, end: Option<SeqNo>, found: &[Found]) -> Option<Vec<Option<SeqNo>>> {
+        if found.is_empty() {
+            return Some(Vec::new());
+        }
+        let g = |i: usize| u64::from(found[i].group);
+        // Forward: the starts each node's group can have.
+        let mut fwd: Vec<Starts> = Vec::with_capacity(found.len());
+        let t0 = found[0].seq;
+        fwd.push(vec![(first.max((t0 + 1).saturating_sub(g(0))), t0)]);
+        for i in 1..found.len() {
+            let (gp, u, gu) = (g(i - 1), found[i].seq, g(i));
+            let mut next = Starts::new();
+            for &(lo, hi) in &fwd[i - 1] {
+                // Starts s with u inside [s, s + gp): the same group.
+                let same_lo = lo.max((u + 1).saturating_sub(gp));
+                if gu == gp && same_lo <= hi {
+                    next.push((same_lo, hi));
+                }
+                // Starts s with s + gp <= u: u's group starts anywhere
+                // from the end of that group (the seqnos between are
+                // lost, any groups) within u's own size.
+                if let Some(last) = u.checked_sub(gp) {
+                    if lo <= last {
+                        let from = (lo + gp).max((u + 1).saturating_sub(gu));
+                        if from <= u {
+                            next.push((from, u));
+                        }
+                    }
+                }
+            }
+            let next = Self::merge(next);
+            if next.is_empty() || next.len() > Self::MAX_RANGES {
+                return None;
+            }
+            fwd.push(next);
+        }
+        // Backward: keep the starts that reach a kept start of the next
+        // node (every start of the last node is kept: a log may end in a
+        // group cut short).
+        let mut out = vec![None; found.len()];
+        let last = found.len() - 1;
+        let mut keep = match end {
+            // The last node's group fits before the log's end.
+            Some(e) => {
+                let y = (e + 1).checked_sub(g(last))?;
+                Self::merge(
+                    fwd[last]
+                        .iter()
+                        .filter(|r| r.0 <= y)
+                        .map(|&(a, b)| (a, b.min(y)))
+                        .collect(),
+                )
+            }
+            None => fwd[last].clone(),
+        };
+        if keep.is_empty() {
+            return None;
+        }
+        for i in (0..found.len()).rev() {
+            if i + 1 < found.len() {
+                let (gp, u, gu) = (g(i), found[i + 1].seq, g(i + 1));
+                let max_next = keep.last().map(|r| r.1);
+                let mut k = Starts::new();
+                for &(lo, hi) in &fwd[i] {
+                    // The same group: s must be kept for the next node.
+                    if gu == gp {
+                        let same_lo = lo.max((u + 1).saturating_sub(gp));
+                        for &(a, b) in &keep {
+                            let (x, y) = (a.max(same_lo), b.min(hi));
+                            if x <= y {
+                                k.push((x, y));
+                            }
+                        }
+                    }
+                    // A later group: s + gp <= some kept start of the next.
+                    if let (Some(last), Some(m)) = (u.checked_sub(gp), max_next) {
+                        let y = hi.min(last).min(m.saturating_sub(gp));
+                        if lo <= y && m >= gp {
+                            k.push((lo, y));
+                        }
+                    }
+                }
+                keep = Self::merge(k);
+                if keep.is_empty() {
+                    return None;
+                }
+            }
+            if let [(a, b)] = keep[..] {
+                if a == b {
+                    out[i] = Some(a);
+                }
+            }
+        }
+        Some(out)
+    }
+
+    fn merge(mut v: Starts) -> Starts {
+        v.sort_unstable();
+        let mut out: Starts = Vec::with_capacity(v.len());
+        for (a, b) in v {
+            match out.last_mut() {
+                Some(l) if a <= l.1.saturating_add(1) => l.1 = l.1.max(b),
+                _ => out.push((a, b)),
+            }
+        }
+        out
+    }
 }
 
 /// What a walk accepted so far.
@@ -1504,16 +1814,26 @@ mod tests {
             assert_eq!(s.sealed, seal.then_some(60));
             assert_eq!(s.segs, walk(sim.as_ref(), seg0, 3).unwrap().0);
             let page = (offs[20] / PAGE) * PAGE;
-            // (what, damage, nodes salvaged: None = as many as the strict
-            // walk of an unsealed log returns, 57: a torn tail)
-            let cases: Vec<(&str, Damage, usize)> = vec![
+            // The nodes of every group but `lost`, in log order.
+            let group_of = |i: usize| starts.iter().rposition(|&s| s <= i).unwrap();
+            let without = |lost: &[usize]| -> Vec<u64> {
+                (0..offs.len())
+                    .filter(|&i| !lost.contains(&group_of(i)))
+                    .map(|i| offs[i])
+                    .collect()
+            };
+            let size_of = |at: u64| Node::read(sim.as_ref(), at, 0, sim.len()).unwrap().size();
+            // (what, damage, the groups lost: every group a damaged node
+            // belongs to — the walk stops at the damage, and the rest of
+            // the log is read on by place in whole groups)
+            let cases: Vec<(&str, Damage, Vec<usize>)> = vec![
                 (
                     "middle publish zeroed",
                     Box::new({
                         let at = offs[starts[10] - 1] + NODE_NEXT;
                         move |r| r.store_u64(at, 0).unwrap()
                     }),
-                    60,
+                    vec![],
                 ),
                 (
                     "middle link changed",
@@ -1521,7 +1841,7 @@ mod tests {
                         let at = offs[20] + 1;
                         move |r| r.corrupt(at, 0x0f).unwrap()
                     }),
-                    60,
+                    vec![],
                 ),
                 (
                     "middle prev link changed",
@@ -1529,23 +1849,29 @@ mod tests {
                         let at = offs[33] + NODE_PREV + 2;
                         move |r| r.corrupt(at, 0x10).unwrap()
                     }),
-                    60,
+                    vec![],
                 ),
                 (
+                    // Group 10's second node: the walk keeps groups 0..10,
+                    // the read by place groups 11..30.
                     "middle value",
                     Box::new({
                         let at = value_at(&sim, offs[starts[10] + 1]) + 9;
                         move |r| r.corrupt(at, 0x40).unwrap()
                     }),
-                    starts[10],
+                    vec![10],
                 ),
                 (
+                    // Group 12 is one node; group 13 (two nodes) then
+                    // starts right after it — or group 12 had two nodes and
+                    // 13 starts one later: group 14's size (three) rules
+                    // that tiling out.
                     "a group's first node",
                     Box::new({
                         let at = offs[starts[12]] + 20;
                         move |r| r.corrupt(at, 0x02).unwrap()
                     }),
-                    starts[12],
+                    vec![12],
                 ),
                 (
                     "a middle page zeroed",
@@ -1562,19 +1888,22 @@ mod tests {
                             }
                         }
                     }),
-                    // Whole groups before the first node the page held.
                     {
-                        let first = offs.iter().position(|&o| o + 700 > page).unwrap();
-                        *starts.iter().rev().find(|&&s| s <= first).unwrap()
+                        let mut g: Vec<usize> = (0..offs.len())
+                            .filter(|&i| offs[i] < page + PAGE && offs[i] + size_of(offs[i]) > page)
+                            .map(group_of)
+                            .collect();
+                        g.dedup();
+                        g
                     },
                 ),
                 (
                     "head zeroed",
                     Box::new(move |r| r.store_u64(seg0 + HEAD_WORD, 0).unwrap()),
-                    0,
+                    (0..30).collect(),
                 ),
             ];
-            for (what, damage, want) in cases {
+            for (what, damage, lost) in cases {
                 let r = sim.crash();
                 damage(&r);
                 let strict = walk(&r, seg0, 3);
@@ -1590,18 +1919,17 @@ mod tests {
                     strict.is_err(),
                     "{what} (sealed {seal}): strict walk succeeds"
                 );
-                assert_eq!(
-                    s.nodes.len(),
-                    want,
-                    "{what} (sealed {seal}): {:?}",
-                    s.problems
-                );
                 assert!(!s.problems.is_empty(), "{what} (sealed {seal})");
                 for e in &s.problems {
                     assert!(e.is_corruption(), "{what}: {e}");
                 }
                 let got: Vec<u64> = s.nodes.iter().map(|n| n.at).collect();
-                assert_eq!(got, offs[..want], "{what} (sealed {seal})");
+                assert_eq!(
+                    got,
+                    without(&lost),
+                    "{what} (sealed {seal}): {:?}",
+                    s.problems
+                );
             }
             // A torn tail is no damage: the same nodes as `walk`, no problem.
             if !seal {
@@ -1625,6 +1953,111 @@ mod tests {
         assert_eq!(s.segs.len(), 1);
         assert!(!s.nodes.is_empty() && s.nodes.len() < 60);
         assert!(s.problems.len() >= 2, "{:?}", s.problems);
+    }
+
+    /// Groups all of one size leave the read past a lost group's first
+    /// node two tilings (that group of two nodes, or of one and every
+    /// later group one seqno later): a sealed log's end settles it, an
+    /// unsealed log's groups after the damage are dropped.
+    #[test]
+    fn salvage_of_equal_groups_needs_the_seal_to_place_them() {
+        for seal in [true, false] {
+            let (sim, space) = space(1 << 20);
+            let logs = Logs::default();
+            let (mut w, seg0) = create(&space, &logs, 3, false).unwrap();
+            for g in 0..20u64 {
+                let mut b = WriteBatch::new();
+                for j in 0..2 {
+                    b.put(format!("k{g:03}-{j}").as_bytes(), &[g as u8; 300]);
+                }
+                b.set_seqno(1 + 2 * g);
+                w.add_record(b.encoded()).unwrap();
+            }
+            if seal {
+                w.seal().unwrap();
+            }
+            let offs = logs.get(3).unwrap().state.lock().offsets.clone();
+            let r = sim.crash();
+            drop(w);
+            // Group 8's first node: its key checksum fails.
+            r.corrupt(offs[16] + 20, 0x02).unwrap();
+            assert!(walk(&r, seg0, 3).is_err());
+            let s = walk_salvage(&r, seg0, 3).unwrap();
+            let got: Vec<u64> = s.nodes.iter().map(|n| n.at).collect();
+            let want: Vec<u64> = if seal {
+                offs.iter()
+                    .enumerate()
+                    .filter(|&(i, _)| i / 2 != 8)
+                    .map(|(_, &o)| o)
+                    .collect()
+            } else {
+                offs[..16].to_vec()
+            };
+            assert_eq!(got, want, "sealed {seal}: {:?}", s.problems);
+            assert!(
+                s.problems.iter().any(|e| e.to_string().contains(if seal {
+                    "seqnos 17..=18 lost"
+                } else {
+                    "not in a whole group whose start could be proven"
+                })),
+                "sealed {seal}: {:?}",
+                s.problems
+            );
+        }
+    }
+
+    /// The tiling behind the read past damage, on crafted nodes.
+    #[test]
+    fn phases_prove_group_starts_only_where_every_tiling_agrees() {
+        let f = |nodes: &[(SeqNo, u32)]| -> Vec<Found> {
+            nodes
+                .iter()
+                .map(|&(seq, group)| Found {
+                    at: seq * 64,
+                    size: 64,
+                    seq,
+                    group,
+                    ikey: Vec::new(),
+                })
+                .collect()
+        };
+        assert_eq!(Phases::solve(1, None, &[]), Some(vec![]));
+        // Seqno 12 lost between groups of 1: every start proven.
+        let v = f(&[(10, 1), (11, 1), (13, 1)]);
+        assert_eq!(
+            Phases::solve(10, None, &v),
+            Some(vec![Some(10), Some(11), Some(13)])
+        );
+        // 10 and 13 lost: 11 (size 2) starts a group of 11, 12 — or
+        // 10's group of 2 holds it and 12, 13 are one. 14's group of 3
+        // starts at 14, or at 13 with 16 starting a group cut short: a
+        // sealed end at 16 rules that out, not the first ambiguity.
+        let v = f(&[(11, 2), (12, 2), (14, 3), (15, 3), (16, 3)]);
+        assert_eq!(Phases::solve(10, None, &v), Some(vec![None; 5]));
+        assert_eq!(
+            Phases::solve(10, Some(16), &v),
+            Some(vec![None, None, Some(14), Some(14), Some(14)])
+        );
+        // 13 says 3 beside 12's 2: a boundary, and 11, 12 a group.
+        let v = f(&[(11, 2), (12, 2), (13, 3), (14, 3), (15, 3)]);
+        assert_eq!(
+            Phases::solve(10, None, &v),
+            Some(vec![Some(11), Some(11), Some(13), Some(13), Some(13)])
+        );
+        // Equal sizes: open, unless the sealed end closes it.
+        let v = f(&[(11, 2), (12, 2), (13, 2)]);
+        assert_eq!(Phases::solve(10, None, &v), Some(vec![None, None, None]));
+        assert_eq!(
+            Phases::solve(10, Some(13), &v),
+            Some(vec![Some(10), Some(12), Some(12)])
+        );
+        // No tiling: 11 sits in 10's group of 2 but says 3; a group past
+        // the sealed end.
+        assert_eq!(Phases::solve(10, None, &f(&[(10, 2), (11, 3)])), None);
+        assert_eq!(Phases::solve(10, Some(11), &f(&[(11, 3)])), None);
+        // Crafted sizes do not overflow.
+        let v = f(&[(5, u32::MAX), (6, u32::MAX)]);
+        assert_eq!(Phases::solve(0, None, &v), Some(vec![None, None]));
     }
 
     /// A retired writer seals its log; one whose append failed does not.

@@ -13,9 +13,10 @@
 //!   its owner. It is walked with the recovery walk in salvage mode
 //!   ([`log::walk_salvage`]): a sealed log ends at its seal, an unsealed
 //!   one at the first link that does not lead on (a torn tail, never
-//!   acknowledged: not a problem); damage gives the whole groups before it
-//!   and is named. Its nodes come in seqno order and are sorted by
-//!   internal key here.
+//!   acknowledged: not a problem); damage is named, and gives the whole
+//!   groups before it and those after it the read by place can prove
+//!   (`log::walk_salvage`). Its nodes come in seqno order and are sorted
+//!   by internal key here.
 //!
 //!   A log whose segment 0 a completed table lists, with a seqno at least
 //!   that of the log's first node, was flushed: that table (or the
