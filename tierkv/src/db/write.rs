@@ -64,6 +64,7 @@ pub(super) struct NewLog {
 /// counted as WAL bytes. An SSD WAL's name is synced into the directory
 /// now if `sync_dir`, else left to [`Inner::sync_wal_dir`] (`NewLog::ssd_file`
 /// tells the caller to arrange it).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn new_log(
     opts: &Options,
     fs: &Arc<dyn FileSystem>,
