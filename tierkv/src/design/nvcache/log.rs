@@ -675,33 +675,51 @@ impl Chain {
             })
     }
 
-    /// Whether published nodes follow the end of the list after `x` in an
-    /// unsealed log (module doc, "Recovery", rule 4): scans the bytes after
-    /// `x` — the rest of its segment and the later segments of the chain,
-    /// node by node, resynchronising 8 bytes at a time over bytes that do
-    /// not check — for a valid node of a group after the one in flight
-    /// (seqno ≥ `x`'s + 1 + its group size). Only the group in flight at a
-    /// crash can be durable and unpublished, and stale nodes of a reused
-    /// page are older; such a node was published after the break.
-    fn published_after(&self, region: &dyn PmRegion, x: Placed) -> Option<u64> {
-        let a = x.seq + 1;
-        for seg in x.seg..self.segs.len() {
+    /// The nodes that check (both checksums, a group size) from byte
+    /// `from` of chain segment `seg` on, with their offsets, in place
+    /// order — the writer's order (rule 1) — resynchronising 8 bytes at a
+    /// time over bytes that do not check: how recovery reads a log by
+    /// place where its list does not lead ([`Chain::published_after`],
+    /// [`resync`]).
+    fn by_place<'a>(
+        &'a self,
+        region: &'a dyn PmRegion,
+        mut seg: usize,
+        from: u64,
+    ) -> impl Iterator<Item = (u64, Node<'a>)> + 'a {
+        let mut p = from;
+        std::iter::from_fn(move || loop {
             let lo = self.nodes_start(seg)?;
             let hi = self.seg_end(seg);
-            let mut p = if seg == x.seg { x.end } else { lo };
-            while p + NODE_HEADER_BYTES <= hi {
-                match Node::read(region, p, lo, hi) {
-                    Ok(n) if n.group > 0 && n.value(region, true).is_ok() => {
-                        if n.seq() >= a + u64::from(n.group) {
-                            return Some(p);
-                        }
-                        p += n.size();
-                    }
-                    _ => p += 8,
-                }
+            p = p.max(lo);
+            if p + NODE_HEADER_BYTES > hi {
+                seg += 1;
+                p = 0;
+                continue;
             }
-        }
-        None
+            match Node::read(region, p, lo, hi) {
+                Ok(n) if n.group > 0 && n.value(region, true).is_ok() => {
+                    let at = p;
+                    p += n.size();
+                    return Some((at, n));
+                }
+                _ => p += 8,
+            }
+        })
+    }
+
+    /// Whether published nodes follow the end of the list after `x` in an
+    /// unsealed log (module doc, "Recovery", rule 4): scans the bytes after
+    /// `x` by place ([`Chain::by_place`]) for a valid node of a group after
+    /// the one in flight (seqno ≥ `x`'s + 1 + its group size). Only the
+    /// group in flight at a crash can be durable and unpublished, and stale
+    /// nodes of a reused page are older; such a node was published after
+    /// the break.
+    fn published_after(&self, region: &dyn PmRegion, x: Placed) -> Option<u64> {
+        let a = x.seq + 1;
+        self.by_place(region, x.seg, x.end)
+            .find(|(_, n)| n.seq() >= a + u64::from(n.group))
+            .map(|(at, _)| at)
     }
 }
 
@@ -955,11 +973,11 @@ struct Found {
 /// the log's first node: verified, so a group start) — every node that
 /// checks (both checksums, a group size) with a seqno above the last one
 /// taken, in place order — the writer's order (rule 1) —
-/// resynchronising 8 bytes at a time over bytes that do not check, as
-/// `published_after` scans. Nothing is read when the walk verified no
-/// node: the seqno bound is what keeps out the stale nodes of a reused
-/// page (older than the log's first node), and without a verified node
-/// there is none.
+/// resynchronising 8 bytes at a time over bytes that do not check
+/// ([`Chain::by_place`], as `published_after` scans). Nothing is read
+/// when the walk verified no node: the seqno bound is what keeps out the
+/// stale nodes of a reused page (older than the log's first node), and
+/// without a verified node there is none.
 ///
 /// Which: a group of g nodes is g nodes of consecutive seqnos, each
 /// carrying g, and the groups tile the seqnos from the first one (the
@@ -989,44 +1007,30 @@ fn resync(
         u64::from_le_bytes(t.try_into().expect("8 bytes")) >> 8
     };
     // Where to read from, and the seqno the first group starts at.
-    let (mut p, at, first) = match (out.nodes.last(), cut) {
+    let (from, at, first) = match (out.nodes.last(), cut) {
         (Some(last), _) => (last.at + last.size, last.at, seq_of(last) + 1),
         (None, Some(c)) => (c.at, c.at, seq_of(c)),
         (None, None) => return,
     };
-    let Some(mut seg) = chain.segment_index(at) else {
+    let Some(seg) = chain.segment_index(at) else {
         return;
     };
     let mut found: Vec<Found> = Vec::new();
     let mut above = first.saturating_sub(1);
-    while seg < chain.segs.len() {
-        let (Some(lo), hi) = (chain.nodes_start(seg), chain.seg_end(seg)) else {
-            break;
-        };
-        p = p.max(lo);
-        while p + NODE_HEADER_BYTES <= hi {
-            match Node::read(region, p, lo, hi) {
-                Ok(n) if n.group > 0 && n.value(region, true).is_ok() => {
-                    if n.seq() > above {
-                        above = n.seq();
-                        let mut ikey = Vec::with_capacity(n.key.len() + 8);
-                        ikey.extend_from_slice(n.key);
-                        ikey.extend_from_slice(&n.tag.to_le_bytes());
-                        found.push(Found {
-                            at: p,
-                            size: n.size(),
-                            seq: n.seq(),
-                            group: n.group,
-                            ikey,
-                        });
-                    }
-                    p += n.size();
-                }
-                _ => p += 8,
-            }
+    for (at, n) in chain.by_place(region, seg, from) {
+        if n.seq() > above {
+            above = n.seq();
+            let mut ikey = Vec::with_capacity(n.key.len() + 8);
+            ikey.extend_from_slice(n.key);
+            ikey.extend_from_slice(&n.tag.to_le_bytes());
+            found.push(Found {
+                at,
+                size: n.size(),
+                seq: n.seq(),
+                group: n.group,
+                ikey,
+            });
         }
-        seg += 1;
-        p = 0;
     }
     // A sealed log's last node is the last of its group: its seqno is
     // `first` plus the nodes the seal counts beyond those already taken.
