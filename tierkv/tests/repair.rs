@@ -1135,31 +1135,66 @@ fn tlsm_repair_with_a_damaged_buffer() {
     });
 }
 
-/// A byte in the first node run of a `ps_bac` list flipped: that list
-/// fails its walk (sentinel crc, or an inline entry's crc), and so do the
-/// lists linking into a damaged entry; no value is wrong.
-#[test]
-fn tlsm_ps_bac_repair_with_a_damaged_node() {
+/// Flips bit `mask` of the byte `skip` bytes past the head (112 bytes) of
+/// the first live closed list with at least 20 nodes whose layout is
+/// `layout`, and returns the list's header offset.
+fn tlsm_damage_node(
+    sim: &SimRegion,
+    live: &[u64],
+    layout: tierkv::design::tlsm::format::Layout,
+    skip: u64,
+    mask: u8,
+) -> u64 {
     use tierkv::design::tlsm::build::header_run_at;
     use tierkv::design::tlsm::format::HEADER_MAGIC;
     use tierkv::design::tlsm::list::read_header;
+    let (at, run) = tlsm_find(sim, &HEADER_MAGIC)
+        .into_iter()
+        .find_map(|at| {
+            let hv = read_header(sim, header_run_at(sim, at).ok()?).ok()?;
+            (hv.dir_off != 0
+                && hv.linked >= 20
+                && hv.header.layout == layout
+                && live.contains(&hv.header.id))
+            .then(|| (at, hv.slot_runs[0]))
+        })
+        .expect("a closed list");
+    let off = run.first * 4096 + 112 + skip;
+    let b = sim.slice(off, 1).expect("byte")[0];
+    sim.write(off, &[b ^ mask]).expect("write");
+    sim.persist(off, 1).expect("persist");
+    at
+}
+
+/// A byte in the first node run of a `ps_bac` list flipped (inside the
+/// first node's inline entry): that list fails its walk, and is read by
+/// place — every node that checks where the layout puts it — and so are
+/// the lists linking into the damaged entry. One key is lost (80, the
+/// list's whole first run, before the list was read by place); no value
+/// is wrong.
+#[test]
+fn tlsm_ps_bac_repair_with_a_damaged_node() {
+    use tierkv::design::tlsm::format::Layout;
     use tierkv::options::{TlsmPolicy, TlsmVariant};
-    tlsm_damaged_structure(TlsmVariant::PsBac, TlsmPolicy::None, &|sim, live| {
-        let (at, run) = tlsm_find(sim, &HEADER_MAGIC)
-            .into_iter()
-            .find_map(|at| {
-                let hv = read_header(sim, header_run_at(sim, at).ok()?).ok()?;
-                (hv.dir_off != 0 && hv.linked >= 20 && live.contains(&hv.header.id))
-                    .then(|| (at, hv.slot_runs[0]))
-            })
-            .expect("a closed list");
-        // Past the head (112 bytes), inside the first nodes.
-        let off = run.first * 4096 + 112 + 40;
-        let b = sim.slice(off, 1).expect("byte")[0];
-        sim.write(off, &[b ^ 0x08]).expect("write");
-        sim.persist(off, 1).expect("persist");
-        at
+    let missing = tlsm_damaged_structure(TlsmVariant::PsBac, TlsmPolicy::None, &|sim, live| {
+        tlsm_damage_node(sim, live, Layout::PsBac, 40, 0x08)
     });
+    assert!(missing <= 1, "{missing} keys lost");
+}
+
+/// The height byte of a `ps` list's first node flipped: the node cannot
+/// be sized, so the read by place resynchronises on the next inline node
+/// that checks (its entry right after its links, the entry's crc, the
+/// height its key hashes to) and reads on by layout: exactly that one key
+/// is lost, no value is wrong.
+#[test]
+fn tlsm_ps_repair_reads_past_a_node_it_cannot_size() {
+    use tierkv::design::tlsm::format::Layout;
+    use tierkv::options::{TlsmPolicy, TlsmVariant};
+    let missing = tlsm_damaged_structure(TlsmVariant::Ps, TlsmPolicy::None, &|sim, live| {
+        tlsm_damage_node(sim, live, Layout::Ps, 8, 0x02)
+    });
+    assert_eq!(missing, 1, "keys lost");
 }
 
 /// Crashes: a database with lists at L0 and deeper and a memtable of

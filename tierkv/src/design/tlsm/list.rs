@@ -187,6 +187,47 @@ pub fn read_directory(region: &dyn PmRegion, dir_off: u64, runs: &[PageRun]) -> 
 /// Buffers (by first page) whose header and entries this process checked.
 pub type Verified = Mutex<HashSet<u64>>;
 
+/// The head node's bytes: the fixed part and `MAX_HEIGHT` links.
+const HEAD_BYTES: u64 = (NODE_FIXED + 8 * MAX_HEIGHT) as u64;
+
+/// A list of an inline layout read by place ([`SkipList::read_by_place`]).
+///
+/// Nodes are read where the layout rule puts them (from each node run's
+/// start, back to back, to a run marker or the sentinel), and a node is
+/// taken if it checks: inside its run, its entry in a data run with the
+/// entry's crc, the height its key hashes to, and a key above the last
+/// taken. Only the list's own nodes lie there: a run's bytes past its
+/// marker or sentinel (stale pages) are never reached. At a node that does
+/// not check, the run is read on from the next position, 8 bytes at a
+/// time, holding an *inline* node that checks (its entry directly after
+/// its links: a self-locating node no stray bytes mimic) — unless the
+/// damage may be the run's marker (the next run's first node would not
+/// have fitted after it), where the rest of the run is stale and skipped.
+/// No more than the directory's count is taken, so a damaged sentinel
+/// cannot lead into the stale bytes after it when the list lost nothing
+/// else.
+pub struct ReadByPlace {
+    /// The list's header and directory.
+    pub list: Arc<SkipList>,
+    /// The offsets of the entries taken, in internal-key order.
+    pub entries: Vec<u64>,
+    /// The damage met, each naming the offset.
+    pub problems: Vec<Error>,
+}
+
+/// What the layout rule finds at a position ([`SkipList::node_by_place`]).
+enum Place {
+    Marker,
+    Sentinel,
+    Node {
+        len: u64,
+        entry_off: u64,
+        /// The entry is inline, directly after the links.
+        inline: bool,
+        ikey: Vec<u8>,
+    },
+}
+
 impl SkipList {
     /// Opens and checks the list `meta` describes (module doc).
     /// `verify_data`: check entry checksums (buffers once per process,
@@ -214,6 +255,47 @@ impl SkipList {
         verified: &Verified,
     ) -> Result<SkipList> {
         Self::open_checked(region, meta, None, verify_data, verified)
+    }
+
+    /// Reads a list of an inline layout (`ps`, `ps_bac`) that
+    /// [`open_found`](Self::open_found) refused, by place, for `Db::repair`
+    /// (`design/tlsm/salvage.rs`): the entries of every node that checks
+    /// where the layout rule puts it — no link, no sentinel crc is needed.
+    /// `Err` only if the header or the directory (the node runs) cannot be
+    /// read; `meta` as for `open_found` (its counts are not compared: the
+    /// linked count is a link word, outside every checksum). See
+    /// [`ReadByPlace`] for what a node must be to be taken.
+    pub fn read_by_place(region: Arc<dyn PmRegion>, meta: &TableMeta) -> Result<ReadByPlace> {
+        let Some(&hrun) = meta.pm_pages.first() else {
+            return Err(Error::corruption(
+                "MANIFEST",
+                0,
+                format!("PM skip list {} lists no page runs", meta.id),
+            ));
+        };
+        let hv = read_header(region.as_ref(), hrun)?;
+        if !hv.header.layout.inline() {
+            return Err(Error::corruption(
+                region.name(),
+                hrun.first * PAGE + 36,
+                format!("skip list {}: not an inline layout", meta.id),
+            ));
+        }
+        let dir = read_directory(region.as_ref(), hv.dir_off, &meta.pm_pages)?;
+        let list = SkipList {
+            head: dir.node_runs[0].first * PAGE,
+            sentinel: 0,
+            region,
+            id: meta.id,
+            header: hv.header,
+            dir,
+        };
+        let (entries, problems) = list.walk_by_place();
+        Ok(ReadByPlace {
+            list: Arc::new(list),
+            entries,
+            problems,
+        })
     }
 
     /// `open`, with the first and last keys checked if `keys` are given.
@@ -515,6 +597,171 @@ impl SkipList {
             ));
         }
         self.region.slice(pos, len as usize)
+    }
+
+    /// [`read_by_place`](Self::read_by_place)'s walk: the entry offsets
+    /// taken, in key order, and the damage met.
+    fn walk_by_place(&self) -> (Vec<u64>, Vec<Error>) {
+        let name = self.region.name();
+        let bad = |off: u64, what: String| {
+            Error::corruption(name, off, format!("skip list {}: {what}", self.id))
+        };
+        let runs = &self.dir.node_runs;
+        let (mut taken, mut problems) = (Vec::new(), Vec::new());
+        let mut last: Vec<u8> = Vec::new();
+        'runs: for (ri, r) in runs.iter().enumerate() {
+            let start = r.first * PAGE;
+            let end = start + r.count * PAGE;
+            // The head starts run 0; links are all it holds.
+            let mut pos = start + if ri == 0 { HEAD_BYTES } else { 0 };
+            // Where a run marker could be: the next run's first node did
+            // not fit after it (the layout rule). Unknown: anywhere.
+            let marker_from = runs.get(ri + 1).map(|n| {
+                let at = n.first * PAGE;
+                let size = self
+                    .node_by_place(at, at + n.count * PAGE)
+                    .ok()
+                    .and_then(|p| match p {
+                        Place::Node { len, .. } => Some(len),
+                        _ => None,
+                    });
+                size.map_or(start, |len| end.saturating_sub(len + NODE_FIXED as u64))
+            });
+            let mut damaged: Option<u64> = None;
+            while pos + NODE_FIXED as u64 <= end {
+                if taken.len() as u64 >= self.dir.entries {
+                    break 'runs;
+                }
+                let place = self.node_by_place(pos, end).and_then(|p| match p {
+                    Place::Node { ref ikey, .. }
+                        if !last.is_empty() && compare_internal(&last, ikey) != Ordering::Less =>
+                    {
+                        Err(bad(pos, "keys out of order".into()))
+                    }
+                    Place::Node { inline: false, .. } if damaged.is_some() => Err(bad(
+                        pos,
+                        "a pointer node cannot start a read past damage".into(),
+                    )),
+                    p => Ok(p),
+                });
+                if matches!(place, Ok(Place::Marker | Place::Sentinel)) {
+                    if let Some(d) = damaged.take() {
+                        problems.push(bad(
+                            d,
+                            format!("bytes {d}..{pos} hold no node that checks: skipped"),
+                        ));
+                    }
+                }
+                match place {
+                    Ok(Place::Marker) if ri + 1 < runs.len() => continue 'runs,
+                    Ok(Place::Sentinel) if ri + 1 == runs.len() => break 'runs,
+                    Ok(Place::Marker | Place::Sentinel) => {
+                        problems.push(bad(pos, "a run end where the layout has none".into()));
+                        continue 'runs;
+                    }
+                    Ok(Place::Node {
+                        len,
+                        entry_off,
+                        ikey,
+                        ..
+                    }) => {
+                        if let Some(d) = damaged.take() {
+                            problems.push(bad(
+                                d,
+                                format!("bytes {d}..{pos} hold no node that checks: skipped"),
+                            ));
+                        }
+                        taken.push(entry_off);
+                        last = ikey;
+                        pos += len;
+                    }
+                    Err(_) if damaged.is_some() => pos += 8,
+                    Err(e) => {
+                        // The run's marker may be what is damaged: the
+                        // bytes after it are stale, never read past.
+                        if marker_from.is_some_and(|m| pos >= m) {
+                            problems.push(e);
+                            problems.push(bad(
+                                pos,
+                                format!("the rest of node run {ri} is not read: its run marker may be here"),
+                            ));
+                            continue 'runs;
+                        }
+                        problems.push(e);
+                        damaged = Some(pos);
+                        pos += 8;
+                    }
+                }
+            }
+            problems.push(match damaged {
+                Some(d) => bad(
+                    d,
+                    format!("bytes {d}..{end} hold no node that checks: skipped"),
+                ),
+                None => bad(pos, "node run ends without a sentinel or run marker".into()),
+            });
+        }
+        if (taken.len() as u64) < self.dir.entries {
+            problems.push(bad(
+                self.head,
+                format!(
+                    "{} of {} entries read by place",
+                    taken.len(),
+                    self.dir.entries
+                ),
+            ));
+        }
+        (taken, problems)
+    }
+
+    /// What the layout rule finds at `pos` in a node run ending at `end`,
+    /// checked as [`walk_by_place`](Self::walk_by_place) needs: a node must
+    /// be inside its run, its entry inside a data run with its crc
+    /// verified, an internal key, and the height the key hashes to.
+    fn node_by_place(&self, pos: u64, end: u64) -> Result<Place> {
+        let fixed = self.region.slice(pos, NODE_FIXED)?;
+        let nh = node_head(fixed)
+            .ok_or_else(|| Error::corruption(self.region.name(), pos, "truncated node"))?;
+        let bad = |off: u64, what: String| {
+            Error::corruption(
+                self.region.name(),
+                off,
+                format!("skip list {}: {what}", self.id),
+            )
+        };
+        match (nh.entry_off, nh.height) {
+            (0, MARKER_HEIGHT) => return Ok(Place::Marker),
+            (0, 0) => return Ok(Place::Sentinel),
+            (0, _) | (HEAD_MARK, _) => return Err(bad(pos, "not a node".into())),
+            _ => {}
+        }
+        let len = self.node_bytes(pos, end)?.len() as u64;
+        let (_, hi) = self.data_run_of(nh.entry_off).ok_or_else(|| {
+            bad(
+                pos,
+                format!("entry offset {} outside the data runs", nh.entry_off),
+            )
+        })?;
+        let (ikey, _) = self.entry_within(nh.entry_off, hi, true)?;
+        if key::parse_internal_key(ikey).is_none() {
+            return Err(bad(nh.entry_off, "malformed internal key".into()));
+        }
+        let h = nh.height as usize;
+        if format::height_of(ikey) != h {
+            return Err(bad(
+                pos + 8,
+                format!(
+                    "height {h}, not the {} its key hashes to",
+                    format::height_of(ikey)
+                ),
+            ));
+        }
+        Ok(Place::Node {
+            len,
+            entry_off: nh.entry_off,
+            inline: nh.entry_off == pos + (NODE_FIXED + 8 * h) as u64,
+            ikey: ikey.to_vec(),
+        })
     }
 
     /// Where the entry at `off` inside `[off, hi)` keeps its internal key

@@ -16,8 +16,9 @@
 //!   every check of a MANIFEST-listed list — header, directory, buffers'
 //!   headers and entries crc, inline entries' crc, the walk of every node
 //!   with its links, key order and the sentinel's crc — but the first and
-//!   last keys, which only a MANIFEST records). A list that fails any
-//!   check gives nothing (its problem names the offset). Its entries come
+//!   last keys, which only a MANIFEST records). A `full` list that fails
+//!   any check gives nothing (its problem names the offset); a `ps` /
+//!   `ps_bac` one is then read by place (below, "Limits"). Its entries come
 //!   from the list's iterator, in internal-key order, tombstones included.
 //!   Flush lists, compaction outputs (pointer nodes into other lists'
 //!   buffers or inline nodes) and copy-forwards are all read: duplicates
@@ -59,12 +60,15 @@
 //!
 //! # Limits
 //!
-//! A list that fails a check is lost whole: in the `full` variant its
-//! entries come back from its buffers (unless no other list that opened
-//! links them, in which case they are read as orphan buffers — with the
-//! dead entries those hold), in `ps` / `ps_bac` the entries live inline in
-//! its nodes and are lost (the nodes are found only through the header and
-//! directory). A stale structure whose every run is allocated and intact
+//! A `full` list that fails a check is lost whole: its entries come back
+//! from its buffers (unless no other list that opened links them, in
+//! which case they are read as orphan buffers — with the dead entries
+//! those hold). A `ps` / `ps_bac` list, whose entries live in its nodes,
+//! is read by place when its header and directory check
+//! ([`SkipList::read_by_place`]: every node that checks where the layout
+//! rule puts it, resynchronising on inline nodes after damage); the nodes
+//! it cannot read are named, and with a damaged header or directory the
+//! whole list is lost (its node runs are known only from the directory). A stale structure whose every run is allocated and intact
 //! (pages handed out but not yet written at the crash) is read: its old
 //! entries can resurface a key whose tombstone a compaction has since
 //! dropped — the limit RocksDB's repairer has with obsolete tables.
@@ -97,6 +101,9 @@ struct Opened {
     /// data runs it links into.
     runs: Vec<PageRun>,
     seq_max: SeqNo,
+    /// Read by place (an inline-layout list that failed a check): the
+    /// entries taken and the problems, the first why it failed.
+    by_place: Option<(Vec<u64>, Vec<String>)>,
 }
 
 /// Every closed skip list and every buffer no list that opened links, at
@@ -178,12 +185,19 @@ pub fn salvage(region: &Arc<dyn PmRegion>, pages: &[u64]) -> Vec<Salvaged> {
             )),
             None => {
                 kept.push(o);
+                let (entries, problems): (Box<dyn InternalIterator>, _) = match &o.by_place {
+                    None => (Box::new(o.list.iter_list()), Vec::new()),
+                    Some((offs, problems)) => (
+                        Box::new(OffsetIter::new(Arc::clone(&o.list), offs.clone())),
+                        problems.clone(),
+                    ),
+                };
                 out.push(Salvaged {
                     kind: SourceKind::PmSkipList,
                     name,
-                    entries: Some(Box::new(o.list.iter_list())),
+                    entries: Some(entries),
                     seq_max: o.seq_max,
-                    problems: Vec::new(),
+                    problems,
                 });
             }
         }
@@ -404,10 +418,24 @@ fn open_list(
         deletions: 0,
         pm_pages,
     };
-    let list = SkipList::open_found(Arc::clone(region), &meta, true, verified).map_err(what)?;
-    let list = Arc::new(list);
+    let (list, by_place) = match SkipList::open_found(Arc::clone(region), &meta, true, verified) {
+        Ok(list) => (Arc::new(list), None),
+        // Its entries are in its own nodes (or those of the lists it
+        // links into): read what checks by place.
+        Err(e) if hv.header.layout.inline() => {
+            let r =
+                SkipList::read_by_place(Arc::clone(region), &meta).map_err(|_| what(e.clone()))?;
+            let mut problems = vec![what(e)];
+            problems.extend(r.problems.into_iter().map(&what));
+            (r.list, Some((r.entries, problems)))
+        }
+        Err(e) => return Err(what(e)),
+    };
     let mut seq_max = 0;
-    let mut it = list.iter_list();
+    let mut it: Box<dyn InternalIterator> = match &by_place {
+        None => Box::new(list.iter_list()),
+        Some((offs, _)) => Box::new(OffsetIter::new(Arc::clone(&list), offs.clone())),
+    };
     it.seek_to_first();
     while it.valid() {
         if let Some(p) = key::parse_internal_key(it.key()) {
@@ -421,6 +449,7 @@ fn open_list(
         list,
         runs,
         seq_max,
+        by_place,
     }))
 }
 
@@ -470,6 +499,94 @@ fn buffer_run(region: &dyn PmRegion, page: u64, allocated: &[u64]) -> (PageRun, 
         );
     }
     (run, None)
+}
+
+/// The entries of a list read by place, by their offsets.
+struct OffsetIter {
+    list: Arc<SkipList>,
+    offs: Vec<u64>,
+    pos: usize,
+    key: Vec<u8>,
+    value: Vec<u8>,
+    err: Option<Error>,
+}
+
+impl OffsetIter {
+    fn new(list: Arc<SkipList>, offs: Vec<u64>) -> OffsetIter {
+        let pos = offs.len();
+        OffsetIter {
+            list,
+            offs,
+            pos,
+            key: Vec::new(),
+            value: Vec::new(),
+            err: None,
+        }
+    }
+
+    fn load(&mut self) {
+        let Some(&off) = self.offs.get(self.pos) else {
+            return;
+        };
+        match self.list.entry(off) {
+            Ok((k, v)) => {
+                self.key.clear();
+                self.key.extend_from_slice(k);
+                self.value.clear();
+                self.value.extend_from_slice(v);
+            }
+            Err(e) => {
+                self.err.get_or_insert(e);
+                self.pos = self.offs.len();
+            }
+        }
+    }
+}
+
+impl InternalIterator for OffsetIter {
+    fn valid(&self) -> bool {
+        self.pos < self.offs.len()
+    }
+    fn seek_to_first(&mut self) {
+        self.pos = 0;
+        self.load();
+    }
+    fn seek_to_last(&mut self) {
+        self.pos = self.offs.len().saturating_sub(1);
+        self.load();
+    }
+    fn seek(&mut self, target: &[u8]) {
+        let list = &self.list;
+        self.pos = self.offs.partition_point(|&off| {
+            list.entry(off)
+                .is_ok_and(|(k, _)| compare_internal(k, target) == std::cmp::Ordering::Less)
+        });
+        self.load();
+    }
+    fn next(&mut self) {
+        if self.valid() {
+            self.pos += 1;
+            self.load();
+        }
+    }
+    fn prev(&mut self) {
+        if self.valid() {
+            self.pos = self.pos.checked_sub(1).unwrap_or(self.offs.len());
+            self.load();
+        }
+    }
+    fn key(&self) -> &[u8] {
+        &self.key
+    }
+    fn value(&self) -> &[u8] {
+        &self.value
+    }
+    fn status(&self) -> Result<()> {
+        match &self.err {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
 }
 
 /// The entries of one persistent buffer, forward, each checked to follow
