@@ -198,14 +198,16 @@ const HEAD_BYTES: u64 = (NODE_FIXED + 8 * MAX_HEIGHT) as u64;
 /// entry's crc, the height its key hashes to, and a key above the last
 /// taken. Only the list's own nodes lie there: a run's bytes past its
 /// marker or sentinel (stale pages) are never reached. At a node that does
-/// not check, the run is read on from the next position, 8 bytes at a
-/// time, holding an *inline* node that checks (its entry directly after
-/// its links: a self-locating node no stray bytes mimic) — unless the
+/// not check, the run is read on from the next 8-byte position holding an
+/// *inline* node that checks (its entry directly after its links: a node
+/// that names its own place, which stray bytes do not mimic) — unless the
 /// damage may be the run's marker (the next run's first node would not
 /// have fitted after it), where the rest of the run is stale and skipped.
-/// No more than the directory's count is taken, so a damaged sentinel
-/// cannot lead into the stale bytes after it when the list lost nothing
-/// else.
+/// A run marker ends a run only where the layout allows one (from that
+/// point on), the sentinel only in the last run: elsewhere either is
+/// damage (past damage, bytes of a value). No more than the directory's
+/// count is taken, so a damaged sentinel cannot lead into the stale bytes
+/// after it when the list lost nothing else.
 pub struct ReadByPlace {
     /// The list's header and directory.
     pub list: Arc<SkipList>,
@@ -627,6 +629,7 @@ impl SkipList {
                     });
                 size.map_or(start, |len| end.saturating_sub(len + NODE_FIXED as u64))
             });
+            let last_run = ri + 1 == runs.len();
             let mut damaged: Option<u64> = None;
             while pos + NODE_FIXED as u64 <= end {
                 if taken.len() as u64 >= self.dir.entries {
@@ -642,6 +645,14 @@ impl SkipList {
                         pos,
                         "a pointer node cannot start a read past damage".into(),
                     )),
+                    // A run end where the layout puts none is damage (or,
+                    // past damage, bytes of a value).
+                    Place::Marker if last_run || marker_from.is_some_and(|m| pos < m) => {
+                        Err(bad(pos, "a run marker where the layout puts none".into()))
+                    }
+                    Place::Sentinel if !last_run => {
+                        Err(bad(pos, "a sentinel before the last node run".into()))
+                    }
                     p => Ok(p),
                 });
                 if matches!(place, Ok(Place::Marker | Place::Sentinel)) {
@@ -653,12 +664,8 @@ impl SkipList {
                     }
                 }
                 match place {
-                    Ok(Place::Marker) if ri + 1 < runs.len() => continue 'runs,
-                    Ok(Place::Sentinel) if ri + 1 == runs.len() => break 'runs,
-                    Ok(Place::Marker | Place::Sentinel) => {
-                        problems.push(bad(pos, "a run end where the layout has none".into()));
-                        continue 'runs;
-                    }
+                    Ok(Place::Marker) => continue 'runs,
+                    Ok(Place::Sentinel) => break 'runs,
                     Ok(Place::Node {
                         len,
                         entry_off,
