@@ -321,3 +321,59 @@ fn snapshots_survive_list_compaction() {
         assert_eq!(got, before[n], "key {i} at the snapshot");
     }
 }
+
+/// Point lookups in NVTables whose keys share their search-index number
+/// (the 8 bytes after the prefix common to the table) and differ later:
+/// a lookup whose number no entry has reads no node and misses; one whose
+/// number ties reads the nodes and compares whole keys — present keys are
+/// found, absent ones with the same number are not.
+#[test]
+fn lookups_through_the_search_index_compare_whole_keys_where_numbers_tie() {
+    let fs = MemFs::new();
+    let db = Db::open(PathBuf::from("/db"), options(&fs, sim())).expect("open");
+    // First "a…", last "b…": no common prefix, so every "a12345678…" key
+    // has the number of "a1234567".
+    let tied = |i: u32| format!("a12345678-{i:04}");
+    for i in (0..400u32).step_by(2) {
+        db.put(tied(i).as_bytes(), tied(i).as_bytes()).expect("put");
+    }
+    db.put(b"b-last", b"last").expect("put");
+    db.flush().expect("flush");
+    let pm_tables = db
+        .property("tierkv.tables")
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.split_whitespace().nth(2) == Some("pm"))
+        .count();
+    assert!(pm_tables > 0, "the keys are in NVTables");
+    let r = ReadOptions::default();
+    for i in 0..400u32 {
+        let want = (i % 2 == 0).then(|| tied(i).into_bytes());
+        assert_eq!(
+            db.get_with(tied(i).as_bytes(), &r).expect("get"),
+            want,
+            "{}",
+            tied(i)
+        );
+    }
+    for absent in [
+        "a1234567",
+        "a12345678",
+        "a12345678-0401",
+        "a2",
+        "a",
+        "",
+        "b",
+        "c",
+    ] {
+        assert_eq!(
+            db.get_with(absent.as_bytes(), &r).expect("get"),
+            None,
+            "{absent}"
+        );
+    }
+    assert_eq!(
+        db.get(b"b-last").expect("get").as_deref(),
+        Some(&b"last"[..])
+    );
+}

@@ -314,12 +314,20 @@ impl NvTable {
 
     /// The first entry `>=` the internal key `(user_key, tag)`.
     pub fn seek_index(&self, user_key: &[u8], tag: u64) -> Result<usize> {
+        self.seek_index_for(user_key, tag).map(|(i, _)| i)
+    }
+
+    /// [`seek_index`](Self::seek_index), and whether the entry found can
+    /// have `user_key` for its user key: `false` when the search index
+    /// proves it cannot (no entry shares the key's number), so a point
+    /// lookup that misses the table reads no node in PM.
+    fn seek_index_for(&self, user_key: &[u8], tag: u64) -> Result<(usize, bool)> {
         let ix = self.search_index()?;
         let c = ix.common.len();
         let (mut lo, mut hi) = match user_key.get(..c).map(|p| p.cmp(&ix.common)) {
             // Every entry shares `common`: the key sorts before or after all.
-            Some(Ordering::Less) => return Ok(0),
-            Some(Ordering::Greater) => return Ok(self.n),
+            Some(Ordering::Less) => return Ok((0, false)),
+            Some(Ordering::Greater) => return Ok((self.n, false)),
             Some(Ordering::Equal) => {
                 let x = key_number(user_key, c);
                 (
@@ -329,15 +337,19 @@ impl NvTable {
             }
             None => {
                 // Shorter than `common`: compare what it has.
-                return Ok(
+                return Ok((
                     if ix.common.starts_with(user_key) || user_key < &ix.common[..] {
                         0
                     } else {
                         self.n
                     },
-                );
+                    false,
+                ));
             }
         };
+        // Equal keys have equal numbers: only entries in `lo..hi` can hold
+        // `user_key`.
+        let end = hi;
         let offs = self.offsets()?;
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
@@ -348,14 +360,14 @@ impl NvTable {
                 hi = mid;
             }
         }
-        Ok(lo)
+        Ok((lo, lo < end))
     }
 }
 
 impl TableReader for NvTable {
     fn get(&self, user_key: &[u8], seq: SeqNo) -> Result<Option<Found>> {
-        let i = self.seek_index(user_key, key::pack_trailer(seq, Kind::MAX))?;
-        if i >= self.n {
+        let (i, may_match) = self.seek_index_for(user_key, key::pack_trailer(seq, Kind::MAX))?;
+        if i >= self.n || !may_match {
             return Ok(None);
         }
         let node = self.node(i)?;
