@@ -284,14 +284,7 @@ impl SkipList {
             ));
         }
         let dir = read_directory(region.as_ref(), hv.dir_off, &meta.pm_pages)?;
-        let list = SkipList {
-            head: dir.node_runs[0].first * PAGE,
-            sentinel: 0,
-            region,
-            id: meta.id,
-            header: hv.header,
-            dir,
-        };
+        let list = SkipList::unwalked(region, meta.id, hv.header, dir);
         let (entries, problems) = list.walk_by_place();
         Ok(ReadByPlace {
             list: Arc::new(list),
@@ -357,17 +350,23 @@ impl SkipList {
                 ),
             ));
         }
-        let mut l = SkipList {
-            head: dir.node_runs[0].first * PAGE,
-            sentinel: 0,
-            region,
-            id: meta.id,
-            header: hv.header,
-            dir,
-        };
+        let mut l = SkipList::unwalked(region, meta.id, hv.header, dir);
         l.check_buffers(verify_data, verified)?;
         l.sentinel = l.walk(keys, verify_data)?;
         Ok(l)
+    }
+
+    /// The list its header and directory describe, before any walk (its
+    /// sentinel not yet known).
+    fn unwalked(region: Arc<dyn PmRegion>, id: u64, header: Header, dir: Directory) -> SkipList {
+        SkipList {
+            head: dir.node_runs[0].first * PAGE,
+            sentinel: 0,
+            region,
+            id,
+            header,
+            dir,
+        }
     }
 
     /// Checks the buffers of a full-variant list.

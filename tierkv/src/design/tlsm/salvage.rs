@@ -431,19 +431,26 @@ fn open_list(
         }
         Err(e) => return Err(what(e)),
     };
-    let mut seq_max = 0;
-    let mut it: Box<dyn InternalIterator> = match &by_place {
-        None => Box::new(list.iter_list()),
-        Some((offs, _)) => Box::new(OffsetIter::new(Arc::clone(&list), offs.clone())),
-    };
-    it.seek_to_first();
-    while it.valid() {
-        if let Some(p) = key::parse_internal_key(it.key()) {
-            seq_max = seq_max.max(p.seq);
+    let seq_of = |k: &[u8]| key::parse_internal_key(k).map_or(0, |p| p.seq);
+    let seq_max = match &by_place {
+        None => {
+            let (mut seq_max, mut it) = (0, list.iter_list());
+            it.seek_to_first();
+            while it.valid() {
+                seq_max = seq_max.max(seq_of(it.key()));
+                it.next();
+            }
+            it.status().map_err(what)?;
+            seq_max
         }
-        it.next();
-    }
-    it.status().map_err(what)?;
+        // Verified by the read.
+        Some((offs, _)) => offs
+            .iter()
+            .filter_map(|&off| list.entry(off).ok())
+            .map(|(k, _)| seq_of(k))
+            .max()
+            .unwrap_or(0),
+    };
     Ok(Listed::Closed(Opened {
         at,
         list,
