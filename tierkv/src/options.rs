@@ -364,7 +364,9 @@ pub struct Options {
     pub nvcache_cache_bytes: u64,
     /// NV-Cache: levels kept in PM, L0 included (at most `level_count` -
     /// 1). 0 (the default, ours): down to the deepest level whose
-    /// cumulative target fits the cache, at least L0 and L1.
+    /// cumulative target fits the cache — L0 alone when L1's target does
+    /// not fit beside L0's trigger (design/nvcache, "Options and
+    /// defaults").
     pub nvcache_pm_levels: usize,
     /// NV-Cache: bytes of a segment, the unit NVTable nodes are appended
     /// to and PM is freed in (a multiple of 4 KiB, 16 KiB..=64 MiB). 0 (the

@@ -689,4 +689,7 @@ model_test!(tlsm_faithful_regions, Preset::Tlsm, pm_wal: true, seeds: &[72], reg
 model_test!(nvcache, Preset::NvCache, pm_wal: true, seeds: &[61, 62, 63, 64], keys: 2000, nv_cache: 384 << 10);
 model_test!(nvcache_background_only, Preset::NvCache, pm_wal: true, seeds: &[65, 66], keys: 2000, nv_cache: 384 << 10, compact_range: false);
 model_test!(nvcache_paper, Preset::NvCache, pm_wal: true, seeds: &[67, 68], keys: 2000, nv_cache: 384 << 10, nv_paper: true);
+// A cache that holds L0's trigger but not L1's target: K = 0 (L0 alone in
+// PM), evictions of the oldest L0 tables together into SSTs of L1.
+model_test!(nvcache_l0_only, Preset::NvCache, pm_wal: true, seeds: &[71, 72], keys: 2000, nv_cache: 256 << 10);
 model_test!(nvcache_array_only_3_levels, Preset::NvCache, pm_wal: true, seeds: &[69, 70], keys: 2000, nv_cache: 1 << 20, nv_levels: 3, nv_array_only: true);

@@ -501,11 +501,14 @@ fn run_until(rig: &Rig, kind: &str) {
 
 /// An eviction of L1's LRU tail into SSTs: the cache overflows, L0's
 /// oldest tables move down into L1 until there is something to evict.
+/// (The cache holds not even L0's trigger, so two PM levels are set: by
+/// default K would be 0, `eviction_out_of_l0`.)
 #[test]
 fn eviction() {
     let cfg = Config {
         cache_bytes: 64 << 10,
         l0_trigger: 100,
+        pm_levels: 2,
         ..DEFAULT
     };
     let setup = |rig: &Rig, model: &mut Model| {
@@ -514,4 +517,38 @@ fn eviction() {
         run_until(rig, "nv-evict");
     };
     every_crash_point(cfg, "eviction", &setup, &|rig| run_until(rig, "nv-evict"));
+}
+
+/// L0 alone in PM (K = 0, the default when the cache cannot hold L0's
+/// trigger and L1's target): one eviction takes the oldest L0 tables
+/// together into SSTs of L1.
+#[test]
+fn eviction_out_of_l0() {
+    let cfg = Config {
+        cache_bytes: 64 << 10,
+        l0_trigger: 100,
+        ..DEFAULT
+    };
+    let setup = |rig: &Rig, model: &mut Model| {
+        flushed_n(rig, model, 60);
+        rig.db().flush().expect("flush");
+    };
+    let l0 = Rig::new(cfg);
+    setup(&l0, &mut Model::new());
+    let before = l0.db().property("tierkv.num-files-at-level0");
+    run_until(&l0, "nv-evict");
+    let after = l0.db().property("tierkv.num-files-at-level0");
+    let (before, after): (usize, usize) = (
+        before.expect("L0 files").parse().expect("a count"),
+        after.expect("L0 files").parse().expect("a count"),
+    );
+    assert!(
+        after + 1 < before,
+        "one eviction took {} of {before} L0 tables",
+        before - after
+    );
+    drop(l0);
+    every_crash_point(cfg, "eviction out of L0", &setup, &|rig| {
+        run_until(rig, "nv-evict")
+    });
 }

@@ -26,7 +26,9 @@
 //!   bytes per input entry) — the plan carries what is left as the budget
 //!   for copying nodes out of sparse segments;
 //! * `LK` → **eviction** (`nv-evict`): its LRU tail merged with the
-//!   overlapped SSD tables into SSTs of `K+1`; when the cache overflows
+//!   overlapped SSD tables into SSTs of `K+1` — when `K` = 0, the LRU
+//!   tail and the next oldest L0 tables together, until what stays holds
+//!   at most half the cache (`Shape::evict_l0`); when the cache overflows
 //!   and `LK` has nothing to evict, the deepest cached level that can move
 //!   its LRU tail down does (so data cascades to where it can leave PM);
 //! * an SSD level → leveled (RocksDB's min-overlap pick, trivial moves).
@@ -255,8 +257,48 @@ impl Shape {
     /// The eviction of the lowest cached level's LRU tail.
     fn pick_evict(&self, v: &Version, busy: &HashSet<u64>) -> Option<Task> {
         let k = self.lowest_pm;
+        if k == 0 {
+            return self.evict_l0(v, busy);
+        }
         let (victim, next) = self.victim(v, busy, k)?;
         Some(self.evict_task(v, k, vec![victim], next))
+    }
+
+    /// The eviction out of L0 when it is the only cached level: the oldest
+    /// table and the next oldest with it, until the tables that stay
+    /// occupy at most half the cache.
+    ///
+    /// An L0 table spans the whole key space, so every eviction rewrites
+    /// all of L1 it overlaps; one table at a time, each evicted byte would
+    /// cost `1 + |L1| / table` bytes written (5 at `medium`: 64 MiB tables
+    /// over a 256 MiB L1), as many tables as leave together share that
+    /// rewrite — RocksDB's L0 → L1 takes every L0 file for the same
+    /// reason. Leaving half the cache keeps the newest writes in PM, and
+    /// keeps the write path's room while the merge runs. The victims are
+    /// the oldest tables, so L0 stays newest first.
+    fn evict_l0(&self, v: &Version, busy: &HashSet<u64>) -> Option<Task> {
+        let (alloc, _) = self.cache_usage(v);
+        let keep = self.cache_bytes / 2;
+        let mut left = alloc;
+        let mut inputs: Vec<Arc<TableHandle>> = Vec::new();
+        for t in v.levels[0].iter().rev() {
+            if busy.contains(&t.meta.id) || (!inputs.is_empty() && left <= keep) {
+                break;
+            }
+            let pages: u64 = t.meta.pm_pages.iter().map(|r| r.count).sum();
+            left = left.saturating_sub(pages * PAGE_SIZE_BYTES);
+            inputs.push(Arc::clone(t));
+        }
+        if inputs.is_empty() {
+            return None;
+        }
+        inputs.reverse(); // newest first, as L0 is listed
+        let (lo, hi) = user_range(&inputs);
+        let next = v.overlapping(1, Some(&lo), Some(&hi));
+        if next.iter().any(|n| busy.contains(&n.meta.id)) {
+            return None;
+        }
+        Some(self.evict_task(v, 0, inputs, next))
     }
 
     fn evict_task(
