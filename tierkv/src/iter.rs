@@ -54,6 +54,13 @@ pub trait TableReader: Send + Sync {
     /// An iterator over the whole table. `fill_cache`: whether blocks read
     /// by this iterator enter the block cache.
     fn iter(self: Arc<Self>, fill_cache: bool) -> Box<dyn InternalIterator>;
+    /// Builds now what the table's first lookup would otherwise build (a
+    /// PM table's DRAM search index): called when a flush or compaction
+    /// adds the table, before readers see it (`TableHandle::warm`).
+    /// Nothing by default: an SST's open reads all it needs.
+    fn warm(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// An iterator over nothing (an empty table, or a failed open carrying its error).

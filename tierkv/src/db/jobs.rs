@@ -274,7 +274,8 @@ impl Inner {
     /// numbered from `first` on — the outputs of the job just run — before
     /// the super version that shows them to readers is installed: readers
     /// never pay for a new table's open (footer, index and filter read and
-    /// checksummed; a PM structure's scan), as RocksDB's flush and
+    /// checksummed; a PM structure's scan and DRAM index,
+    /// [`TableReader::warm`](crate::iter::TableReader::warm)), as RocksDB's flush and
     /// compaction jobs add their outputs to the table cache. Older tables
     /// stay opened on first use. A failure is left for the first reader
     /// to report.

@@ -221,12 +221,10 @@ impl TableHandle {
         self.reader.get().is_some()
     }
 
-    /// Opens the reader if no one has yet ([`TableHandle::reader`]).
+    /// Opens the reader if no one has yet ([`TableHandle::reader`]) and
+    /// lets it build what its first lookup would ([`TableReader::warm`]).
     pub fn warm(&self) -> Result<()> {
-        if self.reader.get().is_none() {
-            self.reader()?;
-        }
-        Ok(())
+        self.reader()?.warm()
     }
 
     /// Smallest user key.
