@@ -280,6 +280,11 @@ impl NvTable {
         }
     }
 
+    /// Whether the DRAM search index is built ([`TableReader::warm`]).
+    pub fn is_indexed(&self) -> bool {
+        self.index.get().is_some()
+    }
+
     /// The search index, built on first use (an error is returned and the
     /// build retried next time).
     fn search_index(&self) -> Result<&SearchIndex> {
@@ -395,6 +400,13 @@ impl TableReader for NvTable {
             vlen: 0,
             err: None,
         })
+    }
+
+    /// The search index, built before readers see the table (a pass over
+    /// every node's key: a first reader waited 17 ms for a 64 MiB table
+    /// of 4 KiB values in a traced `medium` run).
+    fn warm(&self) -> Result<()> {
+        self.search_index().map(|_| ())
     }
 }
 
