@@ -42,6 +42,7 @@ use super::log::Space;
 use crate::error::{Error, Result};
 use crate::iter::{Found, InternalIterator, TableReader};
 use crate::key::{self, Kind, SeqNo};
+use crate::sst::bloom::{BloomBuilder, BloomFilter};
 use crate::stats::Tier;
 use crate::storage::alloc::{PageRun, PAGE_SIZE_BYTES};
 use crate::storage::PmRegion;
@@ -70,12 +71,26 @@ pub struct NvTable {
 /// ordered by them, so a lookup narrows its binary search in DRAM and
 /// reads PM only for the entries that tie — typically one or two nodes
 /// instead of log2(n). Built from nodes whose key checksums were checked.
+///
+/// Beside it a bloom filter over the table's user keys
+/// ([`FILTER_BITS_PER_KEY`]), as an SST has one: a point lookup that
+/// misses the table is answered by the filter (a hash and a few bit
+/// probes) instead of two binary searches of `keys` — at `medium` those
+/// searches were 17% of a quiesced YCSB-C's CPU samples with two L0
+/// NVTables of 16 K entries each to probe.
 #[derive(Debug)]
 struct SearchIndex {
     /// The user-key prefix every entry shares.
     common: Vec<u8>,
     keys: Box<[u64]>,
+    /// `None` for an empty table.
+    filter: Option<BloomFilter>,
 }
+
+/// Bits per user key of an NVTable's DRAM bloom filter: the SSTs' default
+/// `bloom_bits_per_key` (about 0.8% false positives), 1.25 bytes per
+/// entry beside the index's 8.
+const FILTER_BITS_PER_KEY: usize = 10;
 
 /// 8 bytes of `k` from `at` on, zero padded, as a big-endian number.
 #[inline]
@@ -295,6 +310,7 @@ impl NvTable {
             SearchIndex {
                 common: Vec::new(),
                 keys: Box::new([]),
+                filter: None,
             }
         } else {
             let first = self.node(0)?.key.to_vec();
@@ -302,13 +318,16 @@ impl NvTable {
             let lcp = first.iter().zip(last).take_while(|(a, b)| a == b).count();
             let offs = self.offsets()?;
             let mut keys = Vec::with_capacity(self.n);
+            let mut filter = BloomBuilder::new(FILTER_BITS_PER_KEY);
             for i in 0..self.n {
                 let node = self.node_at(format::u64_at(offs, 8 * i))?;
                 keys.push(key_number(node.key, lcp));
+                filter.add_key(node.key);
             }
             SearchIndex {
                 common: first[..lcp].to_vec(),
                 keys: keys.into_boxed_slice(),
+                filter: BloomFilter::new(filter.finish()),
             }
         };
         let _ = self.index.set(ix);
@@ -371,6 +390,10 @@ impl NvTable {
 
 impl TableReader for NvTable {
     fn get(&self, user_key: &[u8], seq: SeqNo) -> Result<Option<Found>> {
+        let ix = self.search_index()?;
+        if ix.filter.as_ref().is_some_and(|f| !f.may_contain(user_key)) {
+            return Ok(None);
+        }
         let (i, may_match) = self.seek_index_for(user_key, key::pack_trailer(seq, Kind::MAX))?;
         if i >= self.n || !may_match {
             return Ok(None);
