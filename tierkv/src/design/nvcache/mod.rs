@@ -207,6 +207,17 @@ impl TableCache {
         Ok(t.usage().into())
     }
 
+    /// DRAM the open tables' search indexes and filters take
+    /// (`nvcache.dram_index_bytes` in `tierkv.design-stats`).
+    pub fn dram_index_bytes(&self) -> u64 {
+        self.map
+            .lock()
+            .values()
+            .filter_map(|e| e.0.upgrade())
+            .map(|t| t.dram_index_bytes())
+            .sum()
+    }
+
     /// Forgets a released table.
     pub fn forget(&self, id: u64) {
         self.map.lock().remove(&id);
@@ -652,6 +663,10 @@ impl Design for NvCache {
             ));
             out.push((format!("nvcache.L{level}.segments"), segs.len().to_string()));
         }
+        out.push((
+            "nvcache.dram_index_bytes".into(),
+            self.tables.dram_index_bytes().to_string(),
+        ));
         out
     }
 }

@@ -295,6 +295,15 @@ impl NvTable {
         }
     }
 
+    /// DRAM bytes of the search index and its filter (0 until built).
+    pub fn dram_index_bytes(&self) -> u64 {
+        self.index.get().map_or(0, |ix| {
+            (ix.common.len()
+                + 8 * ix.keys.len()
+                + ix.filter.as_ref().map_or(0, BloomFilter::size_bytes)) as u64
+        })
+    }
+
     /// Whether the DRAM search index is built ([`TableReader::warm`]).
     pub fn is_indexed(&self) -> bool {
         self.index.get().is_some()
