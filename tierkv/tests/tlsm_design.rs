@@ -104,7 +104,6 @@ fn check(db: &Db, model: &Model) {
     }
 }
 
-/// Waits until no flush or compaction has finished for a while.
 /// Waits until background work has stopped: nothing ran for 150 ms,
 /// nothing runs, and the picker would pick nothing. (Without the last
 /// check, a loaded machine once saw two more copy-forwards start after
