@@ -1716,4 +1716,66 @@ mod tests {
         sim.write(sentinel + 12, &crc.to_le_bytes()).unwrap();
         assert!(SkipList::open(region, &b.meta, true, &Default::default()).is_ok());
     }
+
+    /// A list opened with a filter answers a lookup of a key it does not
+    /// hold from the DRAM filter, reading no node: with the nodes wiped
+    /// after the open, such a lookup still returns `None`, while one that
+    /// the filter lets through reads the damage (and a list opened without
+    /// a filter reads it for every lookup).
+    #[test]
+    fn filtered_lookups_of_absent_keys_read_no_node() {
+        use super::super::list::SkipList;
+        use crate::iter::TableReader;
+        let sim = Arc::new(SimRegion::new(1 << 20));
+        let region: Arc<dyn PmRegion> = sim.clone();
+        let tier = Arc::new(PmTier::open(Arc::clone(&region), false).unwrap());
+        let mem = Arc::new(MemTable::new(0));
+        for i in 0..200u64 {
+            mem.add(i + 1, Kind::Put, format!("k{:04}", 2 * i).as_bytes(), b"v");
+        }
+        let b = flush_list(
+            &FlushParams {
+                region: &region,
+                pages: &Alloc(tier),
+                id: 9,
+                layout: Layout::Full,
+                order: TlsmPersistOrder::Sound,
+            },
+            &mut mem.iter(),
+        )
+        .unwrap();
+        let open = |bits| {
+            SkipList::open_filtered(
+                Arc::clone(&region),
+                &b.meta,
+                true,
+                &Default::default(),
+                bits,
+            )
+            .unwrap()
+        };
+        let (filtered, plain) = (open(10), open(0));
+        assert!(filtered.dram_filter_bytes() >= 200 * 10 / 8);
+        assert_eq!(plain.dram_filter_bytes(), 0);
+        assert_eq!(filtered.get(b"k0042", 500).unwrap().unwrap().value, b"v");
+        let absent: Vec<String> = (0..200).map(|i| format!("k{:04}", 2 * i + 1)).collect();
+        for k in &absent {
+            assert!(filtered.get(k.as_bytes(), 500).unwrap().is_none());
+        }
+        // Wipe every node but the head (its links lead into the wipe).
+        let (head, sentinel) = (filtered.head(), filtered.sentinel());
+        let first = head + (NODE_FIXED + 8 * super::super::format::MAX_HEIGHT) as u64;
+        sim.write(first, &vec![0xEE; (sentinel - first) as usize])
+            .unwrap();
+        let ruled_out = absent
+            .iter()
+            .filter(|k| filtered.get(k.as_bytes(), 500).unwrap().is_none())
+            .count();
+        assert!(ruled_out >= 190, "{ruled_out} of 200 absent keys ruled out");
+        assert!(
+            filtered.get(b"k0042", 500).is_err(),
+            "a present key reads the node"
+        );
+        assert!(plain.get(absent[0].as_bytes(), 500).is_err());
+    }
 }

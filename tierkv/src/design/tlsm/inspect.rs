@@ -26,7 +26,7 @@ fn lists(state: &ManifestState) -> impl Iterator<Item = (usize, usize, &TableMet
 /// links into them keeps them. (The runs of an in-flight compaction, which
 /// the next open resumes, are not included.)
 pub fn live_runs(region: &Arc<dyn PmRegion>, state: &ManifestState) -> Vec<(String, PageRun)> {
-    let cache = ListCache::new(Arc::clone(region), false);
+    let cache = ListCache::new(Arc::clone(region), false, 0);
     let mut out = Vec::new();
     for (_, _, t) in lists(state) {
         if let Ok(list) = cache.get(t) {
@@ -43,7 +43,7 @@ pub fn live_runs(region: &Arc<dyn PmRegion>, state: &ManifestState) -> Vec<(Stri
 
 /// Every listed skip list: its header, directory and data runs.
 pub fn describe(region: &Arc<dyn PmRegion>, state: &ManifestState) -> Result<Vec<Node>> {
-    let cache = ListCache::new(Arc::clone(region), false);
+    let cache = ListCache::new(Arc::clone(region), false, 0);
     let mut root = Node::new("persistent skip lists");
     for (r, l, t) in lists(state) {
         let mut n = Node::new(format!("skip list #{}", t.id))
@@ -97,7 +97,7 @@ pub fn describe(region: &Arc<dyn PmRegion>, state: &ManifestState) -> Result<Vec
 /// Opens every listed skip list (header, directory, every link, the
 /// sentinel's crc) and reads every entry (buffer and inline entry crcs).
 pub fn verify(region: &Arc<dyn PmRegion>, state: &ManifestState) -> Vec<Check> {
-    let cache = ListCache::new(Arc::clone(region), true);
+    let cache = ListCache::new(Arc::clone(region), true, 0);
     lists(state)
         .map(|(_, l, t)| {
             Check::new(

@@ -388,7 +388,11 @@ impl Tlsm {
                 flush_bytes: flush_estimate_bytes,
                 wal_reserve_bytes,
             },
-            lists: Arc::new(ListCache::new(Arc::clone(&region), opts.verify_checksums)),
+            lists: Arc::new(ListCache::new(
+                Arc::clone(&region),
+                opts.verify_checksums,
+                opts.bloom_bits_per_key,
+            )),
             refs: Arc::new(RefIndex::new()),
             region,
             pm,
@@ -854,6 +858,10 @@ impl Design for Tlsm {
             (
                 "tlsm.resumed_jobs".into(),
                 c.resumed.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "tlsm.dram_filter_bytes".into(),
+                self.lists.dram_filter_bytes().to_string(),
             ),
         ]
     }
