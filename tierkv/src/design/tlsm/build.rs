@@ -1503,6 +1503,23 @@ mod tests {
             .collect()
     }
 
+    /// `mem` flushed as list 9 (full variant, sound order) into `region`,
+    /// a fresh PM tier.
+    fn flush_full_list(region: &Arc<dyn PmRegion>, mem: &Arc<MemTable>) -> BuiltList {
+        let tier = Arc::new(PmTier::open(Arc::clone(region), false).unwrap());
+        flush_list(
+            &FlushParams {
+                region,
+                pages: &Alloc(tier),
+                id: 9,
+                layout: Layout::Full,
+                order: TlsmPersistOrder::Sound,
+            },
+            &mut mem.iter(),
+        )
+        .unwrap()
+    }
+
     /// The worked example of docs/format/pm.md ("TLSM persistent skip
     /// lists"), byte for byte: `apple@7 = "red"`, `apple@5 = "green"` and
     /// a tombstone `kiwi@6` flushed (full variant, sound order) into a
@@ -1511,22 +1528,11 @@ mod tests {
     fn worked_example() {
         let sim = Arc::new(SimRegion::new(64 << 10));
         let region: Arc<dyn PmRegion> = sim.clone();
-        let tier = Arc::new(PmTier::open(Arc::clone(&region), false).unwrap());
         let mem = Arc::new(MemTable::new(0));
         mem.add(7, Kind::Put, b"apple", b"red");
         mem.add(5, Kind::Put, b"apple", b"green");
         mem.add(6, Kind::Delete, b"kiwi", b"");
-        let b = flush_list(
-            &FlushParams {
-                region: &region,
-                pages: &Alloc(tier),
-                id: 9,
-                layout: Layout::Full,
-                order: TlsmPersistOrder::Sound,
-            },
-            &mut mem.iter(),
-        )
-        .unwrap();
+        let b = flush_full_list(&region, &mem);
         // The buffer (page 2), the nodes (page 3), the header (page 4).
         assert_eq!(
             b.refs.data,
@@ -1668,22 +1674,11 @@ mod tests {
         use super::super::list::SkipList;
         let sim = Arc::new(SimRegion::new(1 << 20));
         let region: Arc<dyn PmRegion> = sim.clone();
-        let tier = Arc::new(PmTier::open(Arc::clone(&region), false).unwrap());
         let mem = Arc::new(MemTable::new(0));
         for i in 0..200u64 {
             mem.add(i + 1, Kind::Put, format!("k{i:04}").as_bytes(), b"v");
         }
-        let b = flush_list(
-            &FlushParams {
-                region: &region,
-                pages: &Alloc(tier),
-                id: 9,
-                layout: Layout::Full,
-                order: TlsmPersistOrder::Sound,
-            },
-            &mut mem.iter(),
-        )
-        .unwrap();
+        let b = flush_full_list(&region, &mem);
         let list = SkipList::open(Arc::clone(&region), &b.meta, true, &Default::default()).unwrap();
         assert_eq!(list.directory().node_runs.len(), 1);
         let (head, sentinel) = (list.head(), list.sentinel());
@@ -1728,22 +1723,11 @@ mod tests {
         use crate::iter::TableReader;
         let sim = Arc::new(SimRegion::new(1 << 20));
         let region: Arc<dyn PmRegion> = sim.clone();
-        let tier = Arc::new(PmTier::open(Arc::clone(&region), false).unwrap());
         let mem = Arc::new(MemTable::new(0));
         for i in 0..200u64 {
             mem.add(i + 1, Kind::Put, format!("k{:04}", 2 * i).as_bytes(), b"v");
         }
-        let b = flush_list(
-            &FlushParams {
-                region: &region,
-                pages: &Alloc(tier),
-                id: 9,
-                layout: Layout::Full,
-                order: TlsmPersistOrder::Sound,
-            },
-            &mut mem.iter(),
-        )
-        .unwrap();
+        let b = flush_full_list(&region, &mem);
         let open = |bits| {
             SkipList::open_filtered(
                 Arc::clone(&region),
