@@ -127,7 +127,7 @@ struct BenchArgs {
     /// it beats tierkv:classic at `medium`, see the README).
     #[arg(long = "config", default_value = "tierkv:triangle")]
     config: String,
-    /// tiny | small | medium | paper10 | leveldb10 | vlsm-paper (default:
+    /// tiny | small | medium | paper10 | leveldb10 | vlsm-paper | tlsm10 (default:
     /// tiny; medium
     /// for compare).
     #[arg(long = "scale")]
@@ -349,7 +349,7 @@ fn plan_from(args: &BenchArgs, configs: Vec<Config>, default_scale: Scale) -> Re
         None => default_scale,
         Some(s) => Scale::parse(s).ok_or_else(|| {
             Error::Usage(format!(
-                "unknown scale `{s}`; scales: tiny, small, medium, paper10, leveldb10, vlsm-paper"
+                "unknown scale `{s}`; scales: tiny, small, medium, paper10, leveldb10, vlsm-paper, tlsm10"
             ))
         })?,
     };
@@ -433,7 +433,12 @@ fn plan_from(args: &BenchArgs, configs: Vec<Config>, default_scale: Scale) -> Re
         pm_size_bytes: args.pm_size.unwrap_or(scale.pm_size_bytes()),
         memtable_size_bytes: memtable,
         memtable_count: args.max_write_buffer_number.max(2),
-        sst_size_bytes: args.target_file_size_base.unwrap_or(memtable),
+        sst_size_bytes: args
+            .target_file_size_base
+            .unwrap_or(match args.write_buffer_size {
+                Some(m) => m,
+                None => scale.sst_size_bytes(),
+            }),
         l1_size_bytes: args
             .max_bytes_for_level_base
             .unwrap_or(scale.l1_size_bytes()),

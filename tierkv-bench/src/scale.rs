@@ -9,8 +9,18 @@
 //! | paper10 | 8 GiB (2 Mi keys) | 800 MiB | 64 MiB | 256 MiB |
 //! | leveldb10 | 512 MiB (128 Ki keys) | 64 MiB | 4 MiB | 10 MiB |
 //! | vlsm-paper | 8 GiB (2 Mi keys) | 800 MiB | 32 MiB | 128 MiB, ×8 |
+//! | tlsm10 | 1 GiB (100 B values: 10.7 Mi keys) | 1,600 MiB | 400 KiB / 200 KiB | 1 MiB |
 //!
 //! Other value sizes keep the dataset size and change the key count.
+//!
+//! `tlsm10` is the TLSM paper's setup divided by ten so that the level count
+//! is kept (the spec's "At 1/10"): LevelDB 1.20's 4 MB write buffer, 2 MB
+//! files and 10 MB L1 (×10) become 400 KiB, 200 KiB and 1 MiB; its 8–12 GB
+//! loads 1 GiB (L1–L4, L4 not yet full, as the paper's 8 GB: 10 MB, 100 MB,
+//! 1 GB, 10 GB); its 16 GB of emulated NVM 1,600 MiB (everything fits in PM
+//! under `policy=none`, as in the paper), LRU's 8 GB capacity is the knob
+//! `lrucap=800m`; LevelDB's L0 triggers 4/8/12; 100 B values by default
+//! (YCSB records stay 1000 B, the paper's 1 KB).
 //!
 //! `leveldb10` is the LevelDB-based papers' setup divided by ten (NV-Cache:
 //! 5 GB loads, YCSB 5 M records and operations): LevelDB's 4 MiB memtables
@@ -69,17 +79,21 @@ pub enum Scale {
     Leveldb10,
     /// 8 GiB with the vLSM paper's level shape halved (module doc).
     VlsmPaper,
+    /// 1 GiB of 100 B values with LevelDB's shape ÷ 10: the TLSM paper's
+    /// setup (module doc).
+    Tlsm10,
 }
 
 impl Scale {
     /// Every scale, smallest first.
-    pub const ALL: [Scale; 6] = [
+    pub const ALL: [Scale; 7] = [
         Scale::Tiny,
         Scale::Small,
         Scale::Medium,
         Scale::Paper10,
         Scale::Leveldb10,
         Scale::VlsmPaper,
+        Scale::Tlsm10,
     ];
 
     /// Parses a scale name.
@@ -96,6 +110,7 @@ impl Scale {
             Scale::Paper10 => "paper10",
             Scale::Leveldb10 => "leveldb10",
             Scale::VlsmPaper => "vlsm-paper",
+            Scale::Tlsm10 => "tlsm10",
         }
     }
 
@@ -103,7 +118,7 @@ impl Scale {
     pub fn dataset_bytes(self) -> u64 {
         match self {
             Scale::Tiny => 64 * MIB,
-            Scale::Small => 1024 * MIB,
+            Scale::Small | Scale::Tlsm10 => 1024 * MIB,
             Scale::Medium => 4096 * MIB,
             Scale::Paper10 | Scale::VlsmPaper => 8192 * MIB,
             Scale::Leveldb10 => 512 * MIB,
@@ -118,16 +133,36 @@ impl Scale {
             Scale::Medium => 400 * MIB,
             Scale::Paper10 | Scale::VlsmPaper => 800 * MIB,
             Scale::Leveldb10 => 64 * MIB,
+            Scale::Tlsm10 => 1600 * MIB,
         }
     }
 
-    /// Memtable size, also the SST target size.
+    /// Memtable size.
     pub fn memtable_size_bytes(self) -> u64 {
         match self {
             Scale::Tiny | Scale::Leveldb10 => 4 * MIB,
             Scale::Small => 16 * MIB,
             Scale::Medium | Scale::Paper10 => 64 * MIB,
             Scale::VlsmPaper => 32 * MIB,
+            Scale::Tlsm10 => 400 * 1024,
+        }
+    }
+
+    /// SST target size: the memtable size, but LevelDB's half of it (2 MB
+    /// files, 4 MB write buffer) at `tlsm10`.
+    pub fn sst_size_bytes(self) -> u64 {
+        match self {
+            Scale::Tlsm10 => self.memtable_size_bytes() / 2,
+            _ => self.memtable_size_bytes(),
+        }
+    }
+
+    /// Value size of the non-YCSB benchmarks unless `--value_size` says:
+    /// 4 KiB, or the TLSM paper's 100 B at `tlsm10`.
+    pub fn value_size(self) -> usize {
+        match self {
+            Scale::Tlsm10 => 100,
+            _ => 4096,
         }
     }
 
@@ -139,6 +174,7 @@ impl Scale {
             Scale::Medium | Scale::Paper10 => 256 * MIB,
             Scale::Leveldb10 => 10 * MIB,
             Scale::VlsmPaper => 128 * MIB,
+            Scale::Tlsm10 => MIB,
         }
     }
 
@@ -153,10 +189,10 @@ impl Scale {
     }
 
     /// L0 compaction, slowdown and stop triggers: RocksDB's 4/20/36, or
-    /// LevelDB's 4/8/12 at `leveldb10`.
+    /// LevelDB's 4/8/12 at `leveldb10` and `tlsm10`.
     pub fn l0_triggers(self) -> (usize, usize, usize) {
         match self {
-            Scale::Leveldb10 => (4, 8, 12),
+            Scale::Leveldb10 | Scale::Tlsm10 => (4, 8, 12),
             _ => (4, 20, 36),
         }
     }
@@ -171,7 +207,7 @@ impl Scale {
     pub fn ycsb_ops(self) -> u64 {
         match self {
             // The paper's 5 M operations ÷ 10.
-            Scale::Leveldb10 => 500_000,
+            Scale::Leveldb10 | Scale::Tlsm10 => 500_000,
             _ => self.key_count(4096),
         }
     }
@@ -189,6 +225,13 @@ mod tests {
         assert_eq!(Scale::Paper10.key_count(4096), 2 * 1024 * 1024);
         // Other value sizes keep the dataset.
         assert_eq!(Scale::Tiny.key_count(256), 256 * 1024);
+        // The TLSM paper's 8 GB of 100 B values ÷ 10 (and its 4 MB / 2 MB
+        // / 10 MB LevelDB sizes ÷ 10).
+        assert_eq!(
+            Scale::Tlsm10.key_count(Scale::Tlsm10.value_size()),
+            10_737_418
+        );
+        assert_eq!(Scale::Tlsm10.sst_size_bytes(), 200 * 1024);
         for s in Scale::ALL {
             assert_eq!(Scale::parse(s.name()), Some(s));
             assert!(s.memtable_size_bytes() <= s.l1_size_bytes());

@@ -129,7 +129,8 @@ pub struct Plan {
     pub reads: Option<u64>,
     /// Key size.
     pub key_size: usize,
-    /// `--value_size` if given (else 4096, or 1000 for YCSB).
+    /// `--value_size` if given (else the scale's, 4096 but at `tlsm10`;
+    /// 1000 for YCSB).
     pub value_size: Option<usize>,
     /// Workload parameters not tied to a benchmark.
     pub params: WorkloadParams,
@@ -171,7 +172,7 @@ impl Plan {
         self.value_size.unwrap_or(if bench.starts_with("ycsb-") {
             1000
         } else {
-            4096
+            self.scale.value_size()
         })
     }
 
@@ -223,7 +224,7 @@ impl Plan {
         let ssd = live * 22 / 10 + 4 * mem + (64 << 20);
         let pm = if !config.uses_pm() {
             0
-        } else if matches!(config.kind, engines::EngineKind::RocksdbPm) {
+        } else if config.all_on_pm() {
             ssd
         } else if matches!(config.kind, engines::EngineKind::RocksdbL0Pm) {
             (self.setup.l0_triggers.2 as u64 + 6) * self.setup.sst_size_bytes.max(mem)
@@ -583,10 +584,19 @@ pub fn write_json(path: &Path, records: &[Record]) -> Result<()> {
     Ok(())
 }
 
+/// `64 MiB`, or `400 KiB` below a MiB (the `tlsm10` sizes).
+fn size_text(b: u64) -> String {
+    if b >= 1 << 20 && b.is_multiple_of(1 << 20) {
+        format!("{} MiB", b >> 20)
+    } else {
+        format!("{} KiB", b >> 10)
+    }
+}
+
 fn print_header(plan: &Plan, config: &Config) {
     let p = plan.params_for(plan.benchmarks.first().map_or("fillrandom", |s| s.as_str()));
     println!(
-        "== {} ({}) · scale {} · keys {} B · values {} B · entries {} · threads {} · memtable {} MiB · L1 {} MiB{}",
+        "== {} ({}) · scale {} · keys {} B · values {} B · entries {} · threads {} · memtable {} · L1 {}{}",
         config.name,
         config.engine_name(),
         plan.scale.name(),
@@ -594,8 +604,8 @@ fn print_header(plan: &Plan, config: &Config) {
         p.value_size,
         p.num,
         plan.threads,
-        plan.setup.memtable_size_bytes >> 20,
-        plan.setup.l1_size_bytes >> 20,
+        size_text(plan.setup.memtable_size_bytes),
+        size_text(plan.setup.l1_size_bytes),
         if config.uses_pm() {
             let persists = match config.kind {
                 engines::EngineKind::Tierkv(_) => format!(

@@ -271,9 +271,20 @@ impl Config {
         match &self.kind {
             EngineKind::Tierkv(p) => {
                 ::tierkv::Preset::from_name(preset_name(p)).is_some_and(|p| p.needs_pm())
+                    || self::tierkv::all_on_pm(p)
             }
             EngineKind::RocksdbL0Pm | EngineKind::RocksdbPm => true,
             EngineKind::RocksdbSsd | EngineKind::Fake | EngineKind::Null => false,
+        }
+    }
+
+    /// True if every file of the configuration lives in the PM directory
+    /// (`rocksdb-pm`, `tierkv:classic/onpm=1`: the papers' "-NVM" baselines).
+    pub fn all_on_pm(&self) -> bool {
+        match &self.kind {
+            EngineKind::Tierkv(p) => self::tierkv::all_on_pm(p),
+            EngineKind::RocksdbPm => true,
+            _ => false,
         }
     }
 
@@ -462,5 +473,10 @@ mod tests {
         assert!(Config::parse("tierkv:vlsm/mem=x").is_err());
         assert!(Config::parse("leveldb").is_err());
         assert!(Config::parse("null").is_ok_and(|c| c.engine_name() == "null" && !c.uses_pm()));
+        // The "-NVM" baselines keep every file in the PM directory.
+        let c = Config::parse("tierkv:classic/onpm=1").unwrap_or_else(|e| panic!("{e}"));
+        assert!(c.uses_pm() && c.all_on_pm());
+        assert!(Config::parse("rocksdb-pm").is_ok_and(|c| c.all_on_pm()));
+        assert!(Config::parse("tierkv:tlsm").is_ok_and(|c| c.uses_pm() && !c.all_on_pm()));
     }
 }

@@ -14,7 +14,8 @@
 use std::time::Duration;
 
 use ::tierkv::design::rangetab as tierkv_rt;
-use ::tierkv::{Db, NvAppend, NvRelink, Options, Preset, ReadOptions};
+use ::tierkv::options::{TlsmPolicy, TlsmVariant};
+use ::tierkv::{Db, NvAppend, NvRelink, Options, Preset, ReadOptions, WalPlacement};
 
 use super::{
     CompactionEvent, Engine, EngineSetup, EngineStats, FlushEvent, LevelBytes, LevelShape,
@@ -174,6 +175,47 @@ pub enum Knob {
     /// design; on by default for `vlsm` only): `tierkv:triangle/vsst=1` is
     /// the TriangleKV + vLSM combination.
     Vsst(bool),
+    /// `policy=lru|leveled|none`: tlsm's tiering policy (§IV-D).
+    TlsmPolicy(TlsmPolicy),
+    /// `thr=`: tlsm's deepest PM level under `policy=leveled`.
+    TlsmThreshold(u64),
+    /// `variant=ps|ps_bac|full`: tlsm's ablation variant (Fig. 5a/b).
+    TlsmVariant(TlsmVariant),
+    /// `lrucap=`: the PM tlsm's lists may fill before `lru` evicts (0 =
+    /// the whole PM tier).
+    TlsmLruCapacity(u64),
+    /// `wal=ssd|pm`: where the WAL lives (default: PM when the design has
+    /// a PM tier) — the TLSM paper's WAL is on disk.
+    Wal(WalPlacement),
+    /// `onpm=1`: an SSD-only design with every file (tables, WAL,
+    /// MANIFEST) in the PM directory: the papers' "LevelDB-NVM" baseline
+    /// (`tierkv:classic/onpm=1`).
+    OnPm,
+}
+
+/// The knobs whose value is a word, parsed apart from the sizes.
+fn word_knob(name: &str, value: &str, part: &str, spec: &str) -> Option<Result<Knob>> {
+    let bad = |what: &str| Err(Error::Usage(format!("knob `{part}` of `{spec}`: {what}")));
+    Some(match name {
+        "policy" => TlsmPolicy::from_name(value)
+            .map(Knob::TlsmPolicy)
+            .map_or_else(|| bad("policy is lru, leveled or none"), Ok),
+        "variant" => TlsmVariant::from_name(value)
+            .map(Knob::TlsmVariant)
+            .map_or_else(|| bad("variant is ps, ps_bac or full"), Ok),
+        "wal" => match value {
+            "ssd" => Ok(Knob::Wal(WalPlacement::Ssd)),
+            "pm" => Ok(Knob::Wal(WalPlacement::Pm)),
+            _ => bad("wal is ssd or pm"),
+        },
+        _ => return None,
+    })
+}
+
+/// True if configuration `spec` keeps every file of an SSD-only design in
+/// the PM directory (`onpm=1`).
+pub fn all_on_pm(spec: &str) -> bool {
+    parse_knobs(spec).is_ok_and(|k| k.contains(&Knob::OnPm))
 }
 
 /// Parses the knobs after the preset: `vlsm/mem=8m/phi=16` → `[Memtable(8 MiB),
@@ -185,6 +227,10 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
             .split_once('=')
             .ok_or_else(|| Error::Usage(format!("knob `{part}` of `{spec}` is not name=value")))?;
         let v = value.to_ascii_lowercase();
+        if let Some(k) = word_knob(name, &v, part, spec) {
+            out.push(k?);
+            continue;
+        }
         let (digits, mult) = match v.as_bytes().last() {
             Some(b'k') => (&v[..v.len() - 1], 1u64 << 10),
             Some(b'm') => (&v[..v.len() - 1], 1 << 20),
@@ -236,6 +282,14 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
                 )))
             }
             "vsst" if n <= 1 => Knob::Vsst(n == 1),
+            "thr" if n >= 1 => Knob::TlsmThreshold(n),
+            "lrucap" => Knob::TlsmLruCapacity(n),
+            "onpm" if n == 1 => Knob::OnPm,
+            "thr" | "onpm" => {
+                return Err(Error::Usage(format!(
+                    "knob `{part}` of `{spec}`: thr is at least 1, onpm is 1"
+                )))
+            }
             "pace" | "vsst" | "iotune" | "mfilter" => {
                 return Err(Error::Usage(format!(
                     "knob `{part}` of `{spec}`: {name} is 0 or 1"
@@ -271,7 +325,7 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
             }
             _ => {
                 return Err(Error::Usage(format!(
-                    "unknown knob `{name}` in `{spec}`; knobs: mem, sst, phi, f, l0, batch, l1, regions, hints, limit, k, sub, pace, nice, iotune, mfilter, rt, cap, prefix, quantiles, hash, faithful, cache, pmlv, seg, tbl, relink, entry, copy, paper, vsst"
+                    "unknown knob `{name}` in `{spec}`; knobs: mem, sst, phi, f, l0, batch, l1, regions, hints, limit, k, sub, pace, nice, iotune, mfilter, rt, cap, prefix, quantiles, hash, faithful, cache, pmlv, seg, tbl, relink, entry, copy, paper, vsst, policy, thr, variant, lrucap, wal, onpm"
                 )))
             }
         });
@@ -318,7 +372,13 @@ pub fn options_for_spec(preset: Preset, spec: &str, setup: &EngineSetup) -> Resu
             | Knob::NvPerEntry(_)
             | Knob::NvCopyOut(_)
             | Knob::NvPaper
-            | Knob::Vsst(_) => {}
+            | Knob::Vsst(_)
+            | Knob::TlsmPolicy(_)
+            | Knob::TlsmThreshold(_)
+            | Knob::TlsmVariant(_)
+            | Knob::TlsmLruCapacity(_)
+            | Knob::Wal(_)
+            | Knob::OnPm => {}
         }
     }
     let mut o = options_for(preset, &s);
@@ -372,6 +432,16 @@ pub fn options_for_spec(preset: Preset, spec: &str, setup: &EngineSetup) -> Resu
                 o.nvcache_copy_out_percent = 0;
             }
             Knob::Vsst(on) => o.vsst = Some(on),
+            Knob::TlsmPolicy(p) => o.tlsm.policy = p,
+            Knob::TlsmThreshold(n) => o.tlsm.level_threshold = n as usize,
+            Knob::TlsmVariant(v) => o.tlsm.variant = v,
+            Knob::TlsmLruCapacity(n) => o.tlsm.lru_capacity_bytes = n,
+            Knob::Wal(w) => o.wal = Some(w),
+            Knob::OnPm if preset.needs_pm() => {
+                return Err(Error::Usage(format!(
+                    "knob `onpm=1` of `{spec}`: design `{preset}` has a PM tier already; onpm puts an SSD-only design's files on the PM directory"
+                )))
+            }
             _ => {}
         }
     }
@@ -417,7 +487,12 @@ impl TierkvEngine {
         let p = Preset::from_name(super::preset_name(preset))
             .ok_or_else(|| Error::Refused(format!("unknown tierkv preset `{preset}`")))?;
         let opts = options_for_spec(p, preset, setup)?;
-        let db = Db::open(&setup.ssd_dir, opts).map_err(|e| match e {
+        let dir = if all_on_pm(preset) {
+            &setup.pm_dir
+        } else {
+            &setup.ssd_dir
+        };
+        let db = Db::open(dir, opts).map_err(|e| match e {
             ::tierkv::Error::InvalidOptions(m) => Error::Refused(format!("tierkv:{preset}: {m}")),
             other => Error::Refused(format!("tierkv:{preset}: open failed: {other}")),
         })?;
@@ -618,6 +693,35 @@ mod tests {
         let o = options_for_spec(Preset::Triangle, "triangle/vsst=1", &s).unwrap();
         assert!(o.vsst_enabled());
         assert!(parse_knobs("triangle/vsst=2").is_err());
+    }
+
+    #[test]
+    fn tlsm_wal_and_onpm_knobs() {
+        let s = EngineSetup::defaults("/tmp/x".into(), "/dev/shm/y".into());
+        let spec = "tlsm/policy=leveled/thr=2/variant=PS_BAC/lrucap=8m/wal=ssd";
+        let o = options_for_spec(Preset::Tlsm, spec, &s).unwrap();
+        assert_eq!(o.tlsm.policy, TlsmPolicy::Leveled);
+        assert_eq!(o.tlsm.level_threshold, 2);
+        assert_eq!(o.tlsm.variant, TlsmVariant::PsBac);
+        assert_eq!(o.tlsm.lru_capacity_bytes, 8 << 20);
+        assert_eq!(o.wal_placement(), WalPlacement::Ssd);
+        if let Err(e) = o.validate() {
+            panic!("{e}");
+        }
+        for bad in [
+            "tlsm/policy=tiered",
+            "tlsm/variant=pb",
+            "tlsm/wal=nvm",
+            "tlsm/thr=0",
+            "classic/onpm=2",
+        ] {
+            assert!(parse_knobs(bad).is_err(), "{bad}");
+        }
+        assert!(all_on_pm("classic/onpm=1"));
+        assert!(!all_on_pm("classic"));
+        let o = options_for_spec(Preset::Classic, "classic/onpm=1", &s).unwrap();
+        assert!(o.pm_dir.is_none());
+        assert!(options_for_spec(Preset::Triangle, "triangle/onpm=1", &s).is_err());
     }
 
     #[test]
