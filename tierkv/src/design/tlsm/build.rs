@@ -819,7 +819,7 @@ impl<'a> Outputs<'a> {
                 None => Some(self.open_new().map_err(|e| Unresumable(e.to_string()))?),
             };
         }
-        let region = Arc::clone(self.p.region);
+        let region = self.p.region;
         let p_mode = self.p.mode;
         let Some(c) = self.cur.as_mut() else {
             return Err(Unresumable("no output".into()));
@@ -997,7 +997,7 @@ impl<'a> Outputs<'a> {
 
     /// Appends a new node for `item` to the open output.
     fn append(&mut self, item: &Item<'_>) -> Result<()> {
-        let region = Arc::clone(self.p.region);
+        let region = self.p.region;
         let mode = self.p.mode;
         let every = self.p.persist_every as u64;
         let pages = self.p.pages;
@@ -1092,7 +1092,7 @@ impl<'a> Outputs<'a> {
 
     /// Closes an output (rule 4): links durable, sentinel, directory.
     fn close(&mut self, c: &mut Output) -> Result<BuiltList> {
-        let region = Arc::clone(self.p.region);
+        let region = self.p.region;
         // The last node of level 0 points at the sentinel, right after it.
         let ri = c.runs.len() - 1;
         let sentinel = c.runs[ri].first * PAGE + c.used[ri];
