@@ -5,7 +5,8 @@
 //! threads, block cache, bloom bits, direct I/O). PM presets get the PM
 //! directory and size; the flattened designs (`matrix`, `triangle`,
 //! `rangetab`) size L1 to the PM tier, as BENCH.md says. `classic` and
-//! `vlsm` run on the SSD alone.
+//! `vlsm` run on the SSD alone, or with every file in the PM directory
+//! under the knob `onpm=1` (the papers' LevelDB-NVM baseline).
 //!
 //! Every number comes from `Db::stats()` (DESIGN.md §5): bytes written per
 //! tier and cause, SSD bytes read, each stall interval, each flush and
