@@ -169,7 +169,8 @@ struct BenchArgs {
     /// Memtables at most.
     #[arg(long = "max_write_buffer_number", default_value_t = 2)]
     max_write_buffer_number: usize,
-    /// SST target size in bytes (default: the memtable size).
+    /// SST target size in bytes (default: `--write_buffer_size` if given,
+    /// else the scale's: the memtable size, half of it at `tlsm10`).
     #[arg(long = "target_file_size_base")]
     target_file_size_base: Option<u64>,
     /// L1 target size in bytes (default: the scale's).

@@ -17,9 +17,10 @@
 //! is kept (the spec's "At 1/10"): LevelDB 1.20's 4 MB write buffer, 2 MB
 //! files and 10 MB L1 (×10) become 400 KiB, 200 KiB and 1 MiB; its 8–12 GB
 //! loads 1 GiB (L1–L4, L4 not yet full, as the paper's 8 GB: 10 MB, 100 MB,
-//! 1 GB, 10 GB); its 16 GB of emulated NVM 1,600 MiB (everything fits in PM
-//! under `policy=none`, as in the paper), LRU's 8 GB capacity is the knob
-//! `lrucap=800m`; LevelDB's L0 triggers 4/8/12; 100 B values by default
+//! 1 GB, 10 GB); its 16 GB of emulated NVM 1,600 MiB (the paper's ≤ 12 GB
+//! fit in it under `policy=none`; ours do not: 1 GiB of 100 B values with
+//! their keys and nodes outgrow the tier, and `none` stops with "PM tier
+//! full" — README "TLSM"), LRU's 8 GB capacity is the knob `lrucap=800m`; LevelDB's L0 triggers 4/8/12; 100 B values by default
 //! (YCSB records stay 1000 B, the paper's 1 KB).
 //!
 //! `leveldb10` is the LevelDB-based papers' setup divided by ten (NV-Cache:
@@ -206,7 +207,8 @@ impl Scale {
     /// (1 Mi at `medium`, as BENCH.md's "1 M operations").
     pub fn ycsb_ops(self) -> u64 {
         match self {
-            // The paper's 5 M operations ÷ 10.
+            // NV-Cache's 5 M operations ÷ 10 (the TLSM paper gives no
+            // count: the same at `tlsm10`).
             Scale::Leveldb10 | Scale::Tlsm10 => 500_000,
             _ => self.key_count(4096),
         }

@@ -851,7 +851,7 @@ impl<'a> Outputs<'a> {
                 let zeros = vec![0u8; 8 * r.height];
                 region
                     .write(r.pos + NODE_FIXED as u64, &zeros)
-                    .and_then(|()| Self::link(&region, c, r.pos, r.height))
+                    .and_then(|()| Self::link(region, c, r.pos, r.height))
                     .map_err(|e| Unresumable(e.to_string()))?;
             }
             c.linked += 1;
@@ -1040,7 +1040,7 @@ impl<'a> Outputs<'a> {
             region.store_u64(count, c.runs.len() as u64 + 1)?;
             region.persist(count, 8)?;
             // The marker must be durable before a node in the new run counts.
-            Self::persist_dirty(&region, c)?;
+            Self::persist_dirty(region, c)?;
             c.runs.push(run);
             c.used.push(0);
             pos = run.first * PAGE;
@@ -1060,11 +1060,11 @@ impl<'a> Outputs<'a> {
         c.used[ri] += size;
         Self::mark_dirty(c, pos, pos + size);
         Self::account(c, mode, item, pos, size)?;
-        Self::link(&region, c, pos, height)?;
+        Self::link(region, c, pos, height)?;
         c.linked += 1;
         written += size + 8 * height as u64;
         if c.linked - c.persisted >= every {
-            Self::persist_dirty(&region, c)?;
+            Self::persist_dirty(region, c)?;
             let word = c.hoff + c.w.linked as u64;
             region.store_u64(word, c.linked)?;
             region.persist(word, 8)?;
