@@ -438,41 +438,52 @@ pub fn ranges_between(cuts: Vec<Vec<u8>>) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
     out
 }
 
+/// Runs `parts` side by side, one scoped thread each (marked as background
+/// work for the I/O limiter; a single part runs on the calling thread),
+/// and returns their results in the parts' order. A part that panics is
+/// an error of that part. Every design that cuts a job into key ranges
+/// runs them through here ([`run_parts`] for SST outputs).
+pub fn side_by_side<T, F>(parts: Vec<F>) -> Vec<Result<T>>
+where
+    T: Send,
+    F: FnOnce() -> Result<T> + Send,
+{
+    if parts.len() <= 1 {
+        return parts.into_iter().map(|part| part()).collect();
+    }
+    std::thread::scope(|sc| {
+        let handles: Vec<_> = parts
+            .into_iter()
+            .map(|part| {
+                sc.spawn(move || {
+                    crate::storage::limiter::mark_background();
+                    part()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(Error::InvalidArgument(
+                        "a merge part's thread panicked".into(),
+                    ))
+                })
+            })
+            .collect()
+    })
+}
+
 /// Runs the parts of one merge — each writing the tables of its own key
-/// range — side by side, one scoped thread each (marked as background
-/// work for the I/O limiter), and returns their outputs in the parts'
-/// order (one part runs on the calling thread). If any part fails, every
-/// table every part wrote is removed and the first error is returned:
-/// the job then leaves nothing behind, as a failed single merge does.
+/// range — side by side ([`side_by_side`]) and returns their outputs in
+/// the parts' order. If any part fails, every table every part wrote is
+/// removed and the first error is returned: the job then leaves nothing
+/// behind, as a failed single merge does.
 pub fn run_parts<F>(env: &JobEnv<'_>, parts: Vec<F>) -> Result<Vec<TableMeta>>
 where
     F: FnOnce() -> Result<Vec<TableMeta>> + Send,
 {
-    let results: Vec<Result<Vec<TableMeta>>> = if parts.len() > 1 {
-        std::thread::scope(|sc| {
-            let handles: Vec<_> = parts
-                .into_iter()
-                .map(|part| {
-                    sc.spawn(move || {
-                        crate::storage::limiter::mark_background();
-                        part()
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(Error::InvalidArgument(
-                            "a merge part's thread panicked".into(),
-                        ))
-                    })
-                })
-                .collect()
-        })
-    } else {
-        parts.into_iter().map(|part| part()).collect()
-    };
+    let results = side_by_side(parts);
     let mut outputs: Vec<TableMeta> = Vec::new();
     let mut first_err: Option<Error> = None;
     for r in results {
