@@ -53,7 +53,7 @@ use tierkv::design::tlsm::format::{
     BUFFER_HEADER_BYTES, HEAD_MARK, MARKER_HEIGHT, MAX_HEIGHT, NODE_FIXED,
 };
 use tierkv::design::tlsm::job::{
-    self, merge_into, BufferSource, GpCutter, JobKind, JobRecord, ListSource, Merge, Source,
+    self, merge_into, BufferSource, GpCutter, JobKind, JobRecord, KeySpan, ListSource, Merge, Source,
 };
 use tierkv::design::tlsm::list::{self, SkipList, Verified};
 use tierkv::iter::{Found, InternalIterator, TableReader};
@@ -520,6 +520,7 @@ fn compaction(
         target_bytes: target,
         slot,
         inputs: lists.iter().map(|(m, ..)| (0, m.id)).collect(),
+        more_parts: Vec::new(),
     };
     assert_eq!(JobRecord::decode(&rec.encode()).unwrap(), rec);
     let opened: Vec<Arc<SkipList>> = lists
@@ -555,7 +556,7 @@ fn compaction(
             .collect(),
     );
     let mut cutter = GpCutter::new(target, Vec::new());
-    let ran = merge_into(&mut merge, &mut outs, &mut cutter, snapshot, None);
+    let ran = merge_into(&mut merge, KeySpan::default(), &mut outs, &mut cutter, snapshot, None);
     let finished = match ran {
         Ok(Ok(())) => outs
             .finish_all()
@@ -650,7 +651,7 @@ fn resume(
             .collect(),
     );
     let mut cutter = GpCutter::new(j.target, slot.grandparents.clone());
-    let built = match merge_into(&mut merge, &mut o, &mut cutter, j.snapshot, None) {
+    let built = match merge_into(&mut merge, KeySpan::default(), &mut o, &mut cutter, j.snapshot, None) {
         Ok(Ok(())) => match o.finish_all() {
             Ok((built, _)) => built,
             Err(u) => {

@@ -25,6 +25,24 @@
 //! snapshot 900, 64 KiB outputs, slot at page 300 (1 page):
 //! `01 39 01 00 00 01 84 07 80 80 04 ac 02 01 02 00 0c 00 0d`.
 //!
+//! A merge cut into key-range parts (subcompactions, run side by side:
+//! one link merge is one thread's work otherwise) is written as version 2:
+//! the same fields, the first part's job id and slot being the ones
+//! above (its range starts at the first key), then
+//!
+//! ```text
+//!  varint more parts (>= 1) | parts × (varint part job id, varint slot
+//!  first page, varint slot pages, varint key length, first user key)
+//! ```
+//!
+//! with the parts' first keys strictly ascending; a part ends where the
+//! next begins. Each part has a job id of its own (a file number: output
+//! headers name it with their ordinal) and a slot of its own, and is
+//! resumed on its own; the one edit that ends the job adds every part's
+//! outputs. Worked example: the job above cut at user key `"m"`, its
+//! second part job 58 with its slot at page 301:
+//! `02 39 … 00 0d 01 3a ad 02 01 01 6d`.
+//!
 //! The slot run (format.rs) names each output's header before its first
 //! node is counted, and holds the grandparents the outputs are cut
 //! against, so a resume cuts exactly where the uninterrupted job would.
@@ -110,12 +128,40 @@ pub struct JobRecord {
     pub slot: PageRun,
     /// Inputs: (level, table id).
     pub inputs: Vec<(u32, u64)>,
+    /// The parts after the first when the merge is cut into key ranges
+    /// (empty: one part), by ascending first key; the first part is
+    /// `job` and `slot`, from the first key.
+    pub more_parts: Vec<PartRecord>,
+}
+
+/// A key-range part of a job after its first (module doc).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartRecord {
+    /// The part's job id (a file number; its outputs' headers name it).
+    pub job: u64,
+    /// The part's slot run.
+    pub slot: PageRun,
+    /// The first user key of the part.
+    pub first_key: Vec<u8>,
+}
+
+/// One key-range part of a job, as its run and its resume see it.
+#[derive(Debug, Clone, Copy)]
+pub struct PartView<'a> {
+    /// Job id the part's outputs carry.
+    pub job: u64,
+    /// Its slot run.
+    pub slot: PageRun,
+    /// First user key (`None`: from the first key).
+    pub lo: Option<&'a [u8]>,
+    /// The user key it ends before (`None`: to the last key).
+    pub hi: Option<&'a [u8]>,
 }
 
 impl JobRecord {
     /// Encodes the record.
     pub fn encode(&self) -> Vec<u8> {
-        let mut b = vec![1u8];
+        let mut b = vec![if self.more_parts.is_empty() { 1u8 } else { 2 }];
         put_varint(&mut b, self.job);
         put_varint(&mut b, u64::from(self.level));
         b.push(match self.kind {
@@ -136,14 +182,47 @@ impl JobRecord {
             put_varint(&mut b, u64::from(*l));
             put_varint(&mut b, *id);
         }
+        if !self.more_parts.is_empty() {
+            put_varint(&mut b, self.more_parts.len() as u64);
+            for p in &self.more_parts {
+                put_varint(&mut b, p.job);
+                put_varint(&mut b, p.slot.first);
+                put_varint(&mut b, p.slot.count);
+                put_varint(&mut b, p.first_key.len() as u64);
+                b.extend_from_slice(&p.first_key);
+            }
+        }
         b
+    }
+
+    /// Every part of the job in key order: the first (`job`, `slot`, from
+    /// the first key), then `more_parts`, each ending where the next
+    /// begins.
+    pub fn parts(&self) -> Vec<PartView<'_>> {
+        let mut out = Vec::with_capacity(1 + self.more_parts.len());
+        out.push(PartView {
+            job: self.job,
+            slot: self.slot,
+            lo: None,
+            hi: self.more_parts.first().map(|p| p.first_key.as_slice()),
+        });
+        for (i, p) in self.more_parts.iter().enumerate() {
+            out.push(PartView {
+                job: p.job,
+                slot: p.slot,
+                lo: Some(&p.first_key),
+                hi: self.more_parts.get(i + 1).map(|n| n.first_key.as_slice()),
+            });
+        }
+        out
     }
 
     /// Decodes a record; malformed bytes are corruption of the MANIFEST.
     pub fn decode(b: &[u8]) -> Result<JobRecord> {
         let bad = || Error::corruption("MANIFEST", 0, "TLSM in-flight job record is malformed");
         let mut r = Reader::new(b);
-        if r.u8().ok_or_else(bad)? != 1 {
+        let version = r.u8().ok_or_else(bad)?;
+        if version != 1 && version != 2 {
             return Err(bad());
         }
         let job = r.varint().ok_or_else(bad)?;
@@ -177,6 +256,35 @@ impl JobRecord {
         for _ in 0..n {
             inputs.push((r.varint32().ok_or_else(bad)?, r.varint().ok_or_else(bad)?));
         }
+        let mut more_parts = Vec::new();
+        if version == 2 {
+            let m = r.varint().ok_or_else(bad)?;
+            if m == 0 || m > b.len() as u64 || kind != JobKind::Merge {
+                return Err(bad());
+            }
+            for _ in 0..m {
+                let job = r.varint().ok_or_else(bad)?;
+                let slot = PageRun {
+                    first: r.varint().ok_or_else(bad)?,
+                    count: r.varint().ok_or_else(bad)?,
+                };
+                let len = r.varint().ok_or_else(bad)?;
+                let len = usize::try_from(len).map_err(|_| bad())?;
+                let key = r.bytes(len).ok_or_else(bad)?;
+                let prev: Option<&PartRecord> = more_parts.last();
+                if slot.count == 0
+                    || key.is_empty()
+                    || prev.is_some_and(|p| p.first_key.as_slice() >= key)
+                {
+                    return Err(bad());
+                }
+                more_parts.push(PartRecord {
+                    job,
+                    slot,
+                    first_key: key.to_vec(),
+                });
+            }
+        }
         if !r.is_empty() {
             return Err(bad());
         }
@@ -190,6 +298,7 @@ impl JobRecord {
             target_bytes,
             slot,
             inputs,
+            more_parts,
         })
     }
 }
@@ -203,6 +312,8 @@ pub trait Source: Send {
     fn valid(&self) -> bool;
     /// Positions at the first entry.
     fn seek_to_first(&mut self);
+    /// Positions at the first entry at or after internal key `target`.
+    fn seek(&mut self, target: &[u8]);
     /// Next entry.
     fn next(&mut self);
     /// Internal key.
@@ -239,6 +350,9 @@ impl Source for ListSource {
     }
     fn seek_to_first(&mut self) {
         self.it.seek_to_first();
+    }
+    fn seek(&mut self, target: &[u8]) {
+        self.it.seek(target);
     }
     fn next(&mut self) {
         self.it.next();
@@ -318,6 +432,24 @@ impl Source for LevelSource {
             s.seek_to_first();
             s
         });
+        self.skip();
+    }
+    fn seek(&mut self, target: &[u8]) {
+        // The first list holding an entry at or after `target`: the lists
+        // before it end before it (one search each; a level has few).
+        self.cur = None;
+        for (i, l) in self.lists.iter().enumerate() {
+            let mut s = ListSource::new(l);
+            s.seek(target);
+            if s.valid() || s.status().is_err() {
+                self.i = i;
+                self.cur = Some(s);
+                break;
+            }
+        }
+        if self.cur.is_none() {
+            self.i = self.lists.len();
+        }
         self.skip();
     }
     fn next(&mut self) {
@@ -451,6 +583,14 @@ impl Source for BufferSource {
         self.pos = self.start;
         self.load();
     }
+    fn seek(&mut self, target: &[u8]) {
+        // A buffer has no index: walk (copy-forwards, its only users,
+        // read it whole).
+        self.seek_to_first();
+        while self.valid() && compare_internal(self.key(), target).is_lt() {
+            self.next();
+        }
+    }
     fn next(&mut self) {
         if let Some(c) = self.cur {
             self.pos += c.4;
@@ -514,6 +654,13 @@ impl Merge {
     fn seek_to_first(&mut self) {
         for k in &mut self.kids {
             k.seek_to_first();
+        }
+        self.pick();
+    }
+
+    fn seek(&mut self, target: &[u8]) {
+        for k in &mut self.kids {
+            k.seek(target);
         }
         self.pick();
     }
@@ -604,11 +751,23 @@ fn is_base_level_for_key(v: &Version, level: usize, user_key: &[u8], cursor: &mu
     true
 }
 
-/// Runs the merge into `outs` with the engine's dropping rules (shadowed
-/// entries every reader sees past; tombstones at their base level when
-/// `base` is given), cutting where `cutter` says.
+/// The user-key range one part of a merge covers: from `lo` (`None`: the
+/// first key) to before `hi` (`None`: the last key).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct KeySpan<'a> {
+    /// First user key.
+    pub lo: Option<&'a [u8]>,
+    /// The user key the span ends before.
+    pub hi: Option<&'a [u8]>,
+}
+
+/// Runs the merge over `span` into `outs` with the engine's dropping
+/// rules (shadowed entries every reader sees past; tombstones at their
+/// base level when `base` is given), cutting where `cutter` says. Every
+/// version of a user key is in one span, so the rules see them together.
 pub fn merge_into(
     merge: &mut Merge,
+    span: KeySpan<'_>,
     outs: &mut Outputs<'_>,
     cutter: &mut GpCutter,
     smallest_snapshot: SeqNo,
@@ -618,12 +777,18 @@ pub fn merge_into(
     let mut cur_user_key: Vec<u8> = Vec::new();
     let mut has_cur = false;
     let mut last_seq = SeqNo::MAX;
-    merge.seek_to_first();
+    match span.lo {
+        Some(lo) => merge.seek(&key::seek_key(lo, key::MAX_SEQNO)),
+        None => merge.seek_to_first(),
+    }
     while let Some(s) = merge.top() {
         let ikey = s.key();
         let p = key::parse_internal_key(ikey).ok_or_else(|| {
             Error::corruption("compaction input", s.entry_off(), "malformed internal key")
         })?;
+        if span.hi.is_some_and(|hi| p.user_key >= hi) {
+            break;
+        }
         let new_user_key = !has_cur || p.user_key != cur_user_key.as_slice();
         if new_user_key {
             cur_user_key.clear();
@@ -729,6 +894,109 @@ pub fn origin_of(kind: JobKind) -> Origin {
 mod tests {
     use super::*;
     use crate::storage::sim::SimRegion;
+
+    fn record(more_parts: Vec<PartRecord>) -> JobRecord {
+        JobRecord {
+            job: 57,
+            level: 1,
+            kind: JobKind::Merge,
+            mode: Mode::Link,
+            drop_tombstones: true,
+            smallest_snapshot: 900,
+            target_bytes: 64 << 10,
+            slot: PageRun {
+                first: 300,
+                count: 1,
+            },
+            inputs: vec![(0, 12), (0, 13)],
+            more_parts,
+        }
+    }
+
+    fn hex(b: &[u8]) -> String {
+        b.iter()
+            .map(|x| format!("{x:02x}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// The module doc's worked examples, one part and two.
+    #[test]
+    fn record_worked_examples() {
+        let one = record(Vec::new());
+        let b = one.encode();
+        assert_eq!(
+            hex(&b),
+            "01 39 01 00 00 01 84 07 80 80 04 ac 02 01 02 00 0c 00 0d"
+        );
+        assert_eq!(JobRecord::decode(&b).unwrap(), one);
+        let two = record(vec![PartRecord {
+            job: 58,
+            slot: PageRun {
+                first: 301,
+                count: 1,
+            },
+            first_key: b"m".to_vec(),
+        }]);
+        let b = two.encode();
+        assert_eq!(
+            hex(&b),
+            "02 39 01 00 00 01 84 07 80 80 04 ac 02 01 02 00 0c 00 0d 01 3a ad 02 01 01 6d"
+        );
+        assert_eq!(JobRecord::decode(&b).unwrap(), two);
+        let parts = two.parts();
+        assert_eq!(parts.len(), 2);
+        assert_eq!(
+            (parts[0].job, parts[0].lo, parts[0].hi),
+            (57, None, Some(&b"m"[..]))
+        );
+        assert_eq!(
+            (parts[1].job, parts[1].lo, parts[1].hi),
+            (58, Some(&b"m"[..]), None)
+        );
+    }
+
+    /// Parts out of order, an empty first key, none listed, or parts of a
+    /// copy-forward are a malformed record.
+    #[test]
+    fn malformed_parts_are_corruption() {
+        let part = |job, key: &str| PartRecord {
+            job,
+            slot: PageRun {
+                first: 301 + job,
+                count: 1,
+            },
+            first_key: key.as_bytes().to_vec(),
+        };
+        let bad = [
+            record(vec![part(58, "m"), part(59, "m")]).encode(),
+            record(vec![part(58, "m"), part(59, "c")]).encode(),
+            record(vec![part(58, "")]).encode(),
+            {
+                let mut r = record(vec![part(58, "m")]);
+                r.kind = JobKind::CopyForward;
+                r.encode()
+            },
+            {
+                // Version 2 with no parts.
+                let mut b = record(Vec::new()).encode();
+                b[0] = 2;
+                b.push(0);
+                b
+            },
+            {
+                // A key running past the end.
+                let mut b = record(vec![part(58, "m")]).encode();
+                let n = b.len();
+                b[n - 2] = 5;
+                b
+            },
+        ];
+        for b in bad {
+            let e = JobRecord::decode(&b).err().unwrap();
+            assert!(e.is_corruption(), "{e}");
+        }
+    }
 
     /// A buffer header whose entry bytes overflow the run's end is
     /// corruption (seen writing fuzz/fuzz_targets/tlsm.rs, which panics on

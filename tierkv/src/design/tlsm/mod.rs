@@ -229,6 +229,8 @@ pub struct Counters {
     pub sst_fallbacks: AtomicU64,
     /// Compactions resumed at open.
     pub resumed: AtomicU64,
+    /// PM-output merges cut into key-range parts run side by side.
+    pub split_jobs: AtomicU64,
 }
 
 /// The TLSM design.
@@ -858,6 +860,10 @@ impl Design for Tlsm {
             (
                 "tlsm.resumed_jobs".into(),
                 c.resumed.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "tlsm.split_jobs".into(),
+                c.split_jobs.load(Ordering::Relaxed).to_string(),
             ),
             (
                 "tlsm.dram_filter_bytes".into(),

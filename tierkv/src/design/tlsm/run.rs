@@ -5,13 +5,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::build::{self, Mode, OutputParams, Outputs};
+use super::build::{self, Mode, OutputParams, Outputs, SlotRef};
 use super::format::{self, Layout, Slot};
 use super::job::{
     self, merge_into, origin_of, output_layout, read_slot, write_slot, Base, BufferSource,
-    GpCutter, JobKind, JobRecord, LevelSource, ListSource, Merge, Source,
+    GpCutter, JobKind, JobRecord, KeySpan, LevelSource, ListSource, Merge, PartRecord, PartView,
+    Source,
 };
-use super::list::SkipList;
+use super::list::{self, SkipList};
 use super::{PmPages, Tlsm};
 use crate::compaction::{merge_to_ssts, JobEnv, OutputSpec};
 use crate::design::{leveled, JobOutput, Task, Written};
@@ -131,6 +132,15 @@ impl Tlsm {
     /// Runs a merge into PM (`tlsm-link`, `tlsm-copy`) or a copy-forward:
     /// records the job, links or copies its outputs, and returns the edit
     /// that adds them, deletes the inputs and clears the record.
+    ///
+    /// A merge big enough is cut into key-range parts
+    /// ([`leveled::subcompaction_cuts`], at most `max_subcompactions`) run
+    /// side by side: a link merge is CPU work (a node per kept entry, the
+    /// entry's key read through PM), and one thread was all a compaction
+    /// had — the bound of TLSM's writes at `tlsm10` (issue 19's profile:
+    /// one compaction thread saturated, 1.28 of 2 cores busy). Each part
+    /// has its own job id and slot and is resumed on its own; the job's
+    /// one edit adds every part's outputs, in key order.
     pub(super) fn run_pm_job(
         &self,
         env: &JobEnv,
@@ -160,12 +170,7 @@ impl Tlsm {
                 .collect(),
             JobKind::CopyForward => Vec::new(),
         };
-        let (entries, bytes): (u64, u64) = inputs
-            .iter()
-            .flat_map(|(_, ls)| ls.iter())
-            .fold((0, 0), |(n, b), l| {
-                (n + l.len(), b + l.directory().entry_bytes)
-            });
+        let (entries, bytes) = entries_and_bytes(&inputs);
         let gp_bytes: u64 = grandparents.iter().map(|g| g.1).sum();
         let capacity = match kind {
             JobKind::CopyForward => 4,
@@ -175,26 +180,54 @@ impl Tlsm {
                 (2 * est + 8).min(u64::from(u32::MAX / 16)) as u32
             }
         };
-        let job = env.versions.new_file_number();
-        let slot = Slot {
-            job,
-            capacity,
-            grandparents,
+        let cuts = match kind {
+            JobKind::Merge => leveled::subcompaction_cuts(task, env.opts.subcompactions(), target),
+            JobKind::CopyForward => Vec::new(),
         };
+        let job = env.versions.new_file_number();
         let pages = PmPages::new(&self.pm, JOB_PM_WAIT);
-        let slot_pages = (slot.bytes() as u64).div_ceil(PAGE);
-        let slot_run = build::Pages::alloc(&pages, slot_pages, slot_pages)?;
-        let sref = match write_slot(&self.region, slot_run, &slot) {
-            Ok(s) => s,
-            Err(e) => {
-                let _ = self.pm.free_pages(slot_run);
-                return Err(e);
+        // One slot per part (each part's outputs are named in its own,
+        // under its own job id), every one holding the grandparents.
+        let mut slots: Vec<(u64, PageRun, SlotRef)> = Vec::with_capacity(cuts.len() + 1);
+        let mut slot_bytes = 0u64;
+        let made = (|| -> Result<()> {
+            for i in 0..=cuts.len() {
+                let part_job = if i == 0 {
+                    job
+                } else {
+                    env.versions.new_file_number()
+                };
+                let slot = Slot {
+                    job: part_job,
+                    capacity,
+                    grandparents: grandparents.clone(),
+                };
+                let n = (slot.bytes() as u64).div_ceil(PAGE);
+                let run = build::Pages::alloc(&pages, n, n)?;
+                match write_slot(&self.region, run, &slot) {
+                    Ok(r) => slots.push((part_job, run, r)),
+                    Err(e) => {
+                        let _ = self.pm.free_pages(run);
+                        return Err(e);
+                    }
+                }
+                slot_bytes += slot.bytes() as u64;
+            }
+            Ok(())
+        })();
+        let free_slots = |slots: &[(u64, PageRun, SlotRef)]| {
+            for (_, run, _) in slots {
+                let _ = self.pm.free_pages(*run);
             }
         };
+        if let Err(e) = made {
+            free_slots(&slots);
+            return Err(e);
+        }
         let tag = match self.acquire_tag() {
             Ok(t) => t,
             Err(e) => {
-                let _ = self.pm.free_pages(slot_run);
+                free_slots(&slots);
                 return Err(e);
             }
         };
@@ -207,10 +240,19 @@ impl Tlsm {
             drop_tombstones,
             smallest_snapshot: env.smallest_snapshot,
             target_bytes: target,
-            slot: slot_run,
+            slot: slots[0].1,
             inputs: inputs
                 .iter()
                 .flat_map(|(l, ls)| ls.iter().map(move |x| (*l as u32, x.id())))
+                .collect(),
+            more_parts: slots[1..]
+                .iter()
+                .zip(&cuts)
+                .map(|((part_job, run, _), key)| PartRecord {
+                    job: *part_job,
+                    slot: *run,
+                    first_key: key.clone(),
+                })
                 .collect(),
         };
         let start = VersionEdit {
@@ -219,25 +261,26 @@ impl Tlsm {
             ..VersionEdit::default()
         };
         if let Err(e) = env.versions.log_and_apply(start, 0) {
-            let _ = self.pm.free_pages(slot_run);
+            free_slots(&slots);
             self.tags.lock().remove(&tag);
             return Err(e);
         }
-        // From here the record names the slot: it goes back once the
+        // From here the record names the slots: they go back once the
         // record is cleared (`reap`).
         self.pending.lock().push(super::run::Pending {
             region,
             tag,
             job,
-            runs: vec![slot_run],
+            runs: slots.iter().map(|s| s.1).collect(),
         });
         let mut written = Written::default();
-        let slot_bytes = slot.bytes() as u64;
         match mode {
             Mode::Link => written.pm_relinked += slot_bytes,
             Mode::Copy => written.pm_copied += slot_bytes,
         }
-        let mut merge = match (kind, layout) {
+        // A copy-forward of a buffer list first writes the new buffer (one
+        // part: it is one list) and links to it.
+        let copied_buffer = match (kind, layout) {
             (JobKind::CopyForward, Layout::Full) => {
                 let list = inputs
                     .first()
@@ -249,49 +292,59 @@ impl Tlsm {
                     build::write_buffer(&self.region, &pages, job, &mut list.iter_list())?;
                 written.pm_copied += n;
                 self.lists.verified_buffer(run.first);
+                let sref = slots[0].2;
                 self.region
                     .store_u64(sref.buffer_word, format::pack_run(run))?;
                 self.region.persist(sref.buffer_word, 8)?;
-                Merge::new(vec![Box::new(BufferSource::open(
+                Some(Merge::new(vec![Box::new(BufferSource::open(
                     Arc::clone(&self.region),
                     run,
-                )?)])
+                )?)]))
             }
-            _ => Self::merge_of(&inputs),
+            _ => None,
         };
-        let next_id = || env.versions.new_file_number();
-        let params = OutputParams {
-            region: &self.region,
-            pages: &pages,
-            slot: sref,
-            job,
-            level: task.output_level as u32,
+        let shared = PartShared {
+            rec: &record,
             layout,
-            origin: origin_of(kind),
-            inputs: record.inputs.iter().map(|(_, id)| *id).collect(),
-            persist_every: self.cfg.persist_every,
-            mode,
-            node_bytes_hint: node_hint(entries, bytes, target, mode),
-            next_id: &next_id,
-        };
-        let mut outs = Outputs::new(params);
-        let mut cutter = GpCutter::new(target, slot.grandparents.clone());
-        let base = drop_tombstones.then(|| Base {
+            node_hint: node_hint(entries, bytes, target, mode),
+            grandparents: &grandparents,
             version: &env.version,
-            level: task.output_level,
-        });
-        let fresh =
-            |u: build::Unresumable| Error::InvalidArgument(format!("tlsm job {job}: {}", u.0));
-        merge_into(
-            &mut merge,
-            &mut outs,
-            &mut cutter,
-            env.smallest_snapshot,
-            base,
-        )?
-        .map_err(fresh)?;
-        let (built, w) = outs.finish_all().map_err(fresh)?;
-        written += w;
+            inputs: &inputs,
+        };
+        let mut first = copied_buffer;
+        let parts = record.parts();
+        if parts.len() > 1 {
+            self.counters
+                .split_jobs
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        let runs: Vec<_> = parts
+            .iter()
+            .zip(&slots)
+            .map(|(part, slot)| {
+                let merge = first.take();
+                let shared = &shared;
+                move || self.run_part(env, shared, *part, slot.2, None, merge)
+            })
+            .collect();
+        let mut built = Vec::new();
+        let mut first_err = None;
+        for r in crate::compaction::side_by_side(runs) {
+            match r {
+                Ok((b, w)) => {
+                    built.extend(b);
+                    written += w;
+                }
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        // A failed part fails the job; its record stays, and the next open
+        // resumes it (as a failed single merge).
+        if let Some(e) = first_err {
+            return Err(e);
+        }
         let mut edit = VersionEdit::default();
         for (l, ls) in &inputs {
             for x in ls {
@@ -312,6 +365,75 @@ impl Tlsm {
                 .fetch_add(written.pm_copied, std::sync::atomic::Ordering::Relaxed);
         }
         Ok(JobOutput { edit, written })
+    }
+
+    /// Runs one key-range part of a PM-output job into the outputs its
+    /// slot names: fresh (`named` `None`), or resumed over the outputs a
+    /// crash left named (`named`: their header offsets), replaying their
+    /// linked nodes before linking more. `merge`: the job's merge when it
+    /// is not the inputs' (a copy-forward's new buffer).
+    fn run_part(
+        &self,
+        env: &JobEnv,
+        sh: &PartShared<'_>,
+        part: PartView<'_>,
+        sref: SlotRef,
+        named: Option<&[u64]>,
+        merge: Option<Merge>,
+    ) -> Result<(Vec<build::BuiltList>, Written)> {
+        let rec = sh.rec;
+        let unresumable = |u: build::Unresumable| {
+            Error::InvalidArgument(format!("tlsm job {} part {}: {}", rec.job, part.job, u.0))
+        };
+        let pages = PmPages::new(&self.pm, JOB_PM_WAIT);
+        let next_id = || env.versions.new_file_number();
+        let params = OutputParams {
+            region: &self.region,
+            pages: &pages,
+            slot: sref,
+            job: part.job,
+            level: rec.level,
+            layout: sh.layout,
+            origin: origin_of(rec.kind),
+            inputs: rec.inputs.iter().map(|(_, id)| *id).collect(),
+            persist_every: self.cfg.persist_every,
+            mode: rec.mode,
+            node_bytes_hint: sh.node_hint,
+            next_id: &next_id,
+        };
+        let mut outs = match named {
+            None => Outputs::new(params),
+            Some(headers) => {
+                let o = Outputs::resume(params, headers).map_err(unresumable)?;
+                // Ids handed out before the crash may be above the
+                // MANIFEST's next file number: the outputs about to be
+                // made must not take them.
+                for id in o.named_ids() {
+                    env.versions.mark_file_number_used(id);
+                }
+                o
+            }
+        };
+        let mut merge = merge.unwrap_or_else(|| Self::merge_of(sh.inputs));
+        let mut cutter = GpCutter::new(rec.target_bytes, sh.grandparents.to_vec());
+        let base = rec.drop_tombstones.then_some(Base {
+            version: sh.version,
+            level: rec.level as usize,
+        });
+        let span = KeySpan {
+            lo: part.lo,
+            hi: part.hi,
+        };
+        merge_into(
+            &mut merge,
+            span,
+            &mut outs,
+            &mut cutter,
+            rec.smallest_snapshot,
+            base,
+        )?
+        .map_err(unresumable)?;
+        outs.finish_all().map_err(unresumable)
     }
 
     /// The merge of a job's inputs: each L0 list alone, each deeper level
@@ -346,7 +468,9 @@ impl Tlsm {
             design_records: vec![(tag, Vec::new())],
             ..VersionEdit::default()
         };
-        env.versions.mark_file_number_used(rec.job);
+        for part in rec.parts() {
+            env.versions.mark_file_number_used(part.job);
+        }
         match self.try_resume(env, v, rec) {
             Ok(Some((inputs, built))) => {
                 for (l, id) in inputs {
@@ -380,48 +504,67 @@ impl Tlsm {
     }
 
     /// The runs the in-flight job `rec` uses, read as its resume will read
-    /// them (`Design::live_pm_runs`, before the resume): its slot run, a
-    /// copy-forward's new buffer, and the header, node and directory runs
-    /// of every output its slot names. Nothing past the first part the
-    /// resume would reject: the resume then drops the job, and what it had
-    /// written goes back at the reconcile after the recovery hook.
+    /// them (`Design::live_pm_runs`, before the resume): each part's slot
+    /// run, a copy-forward's new buffer, and the header, node and
+    /// directory runs of every output a slot names. Nothing past the first
+    /// thing the resume would reject: the resume then drops the job, and
+    /// what it had written goes back at the reconcile after the recovery
+    /// hook.
     pub(super) fn job_runs(&self, rec: &JobRecord) -> Vec<PageRun> {
         let region = self.region.as_ref();
-        let (slot, _, outs, buffer_word) = match read_slot(region, rec.slot) {
-            Ok(s) => s,
-            Err(e) => {
-                log::debug!("tlsm: job {}: slot run unreadable ({e})", rec.job);
-                return Vec::new();
+        let mut runs = Vec::new();
+        for part in rec.parts() {
+            let (slot, _, outs, buffer_word) = match read_slot(region, part.slot) {
+                Ok(s) => s,
+                Err(e) => {
+                    log::debug!(
+                        "tlsm: job {} part {}: slot run unreadable ({e})",
+                        rec.job,
+                        part.job
+                    );
+                    return runs;
+                }
+            };
+            if slot.job != part.job {
+                log::debug!(
+                    "tlsm: job {}: slot run of part {} names job {}",
+                    rec.job,
+                    part.job,
+                    slot.job
+                );
+                return runs;
             }
-        };
-        if slot.job != rec.job {
-            log::debug!("tlsm: job {}: slot run names job {}", rec.job, slot.job);
-            return Vec::new();
-        }
-        let mut runs = vec![rec.slot];
-        if rec.kind == JobKind::CopyForward {
-            if let Some(run) = format::unpack_run(buffer_word) {
-                match BufferSource::open(Arc::clone(&self.region), run) {
-                    Ok(_) => runs.push(run),
-                    Err(e) => {
-                        log::debug!("tlsm: job {}: buffer unreadable ({e})", rec.job);
-                        return runs;
+            runs.push(part.slot);
+            if rec.kind == JobKind::CopyForward {
+                if let Some(run) = format::unpack_run(buffer_word) {
+                    match BufferSource::open(Arc::clone(&self.region), run) {
+                        Ok(_) => runs.push(run),
+                        Err(e) => {
+                            log::debug!("tlsm: job {}: buffer unreadable ({e})", rec.job);
+                            return runs;
+                        }
                     }
                 }
             }
-        }
-        for (i, &hoff) in outs.iter().enumerate() {
-            match build::output_runs(region, rec.job, rec.level, rec.mode, i as u32, hoff) {
-                Ok(r) => runs.extend(r),
-                Err(e) => {
-                    log::debug!("tlsm: job {}: output {i} unreadable ({e})", rec.job);
-                    break;
+            for (i, &hoff) in outs.iter().enumerate() {
+                match build::output_runs(region, part.job, rec.level, rec.mode, i as u32, hoff) {
+                    Ok(r) => runs.extend(r),
+                    Err(e) => {
+                        log::debug!(
+                            "tlsm: job {} part {}: output {i} unreadable ({e})",
+                            rec.job,
+                            part.job
+                        );
+                        return runs;
+                    }
                 }
             }
         }
         runs
     }
 
+    /// Runs the interrupted job `rec` to its end, part after part (each
+    /// over its own slot's outputs); `None` if an input is gone.
     #[allow(clippy::type_complexity)]
     fn try_resume(
         &self,
@@ -444,86 +587,82 @@ impl Tlsm {
                 None => inputs.push((l as usize, vec![list])),
             }
         }
-        let (slot, sref, outs, buffer_word) = read_slot(self.region.as_ref(), rec.slot)?;
-        if slot.job != rec.job {
-            return Err(Error::corruption(
-                self.region.name(),
-                rec.slot.first * PAGE,
-                "slot run names another job",
-            ));
-        }
-        let pages = PmPages::new(&self.pm, JOB_PM_WAIT);
         let first_layout = inputs
             .first()
             .and_then(|(_, ls)| ls.first())
             .map_or(Layout::Full, |l| l.header().layout);
         let layout = output_layout(rec.mode, first_layout);
-        let mut merge = match (rec.kind, layout) {
-            (JobKind::CopyForward, Layout::Full) => {
-                let run = match format::unpack_run(buffer_word) {
-                    Some(run) => run,
-                    None => {
-                        let list =
-                            inputs
-                                .first()
-                                .and_then(|(_, ls)| ls.first())
-                                .ok_or_else(|| {
-                                    Error::InvalidArgument("copy-forward without an input".into())
-                                })?;
-                        let (run, _) = build::write_buffer(
-                            &self.region,
-                            &pages,
-                            rec.job,
-                            &mut list.iter_list(),
-                        )?;
-                        self.region
-                            .store_u64(sref.buffer_word, format::pack_run(run))?;
-                        self.region.persist(sref.buffer_word, 8)?;
-                        run
-                    }
-                };
-                Merge::new(vec![Box::new(BufferSource::open(
-                    Arc::clone(&self.region),
-                    run,
-                )?)])
+        let (entries, bytes) = entries_and_bytes(&inputs);
+        // Ids the crash left named in any part's slot may be above the
+        // MANIFEST's next file number: mark them all before the first part
+        // makes a new output (or it could take a later part's id).
+        for part in rec.parts() {
+            let Ok((_, _, outs, _)) = read_slot(self.region.as_ref(), part.slot) else {
+                continue; // that part's resume reports it
+            };
+            for hoff in outs {
+                if let Ok(h) = build::header_run_at(self.region.as_ref(), hoff)
+                    .and_then(|run| list::read_header(self.region.as_ref(), run))
+                {
+                    env.versions.mark_file_number_used(h.header.id);
+                }
             }
-            _ => Self::merge_of(&inputs),
-        };
-        let (entries, bytes): (u64, u64) = inputs
-            .iter()
-            .flat_map(|(_, ls)| ls.iter())
-            .fold((0, 0), |(n, b), l| {
-                (n + l.len(), b + l.directory().entry_bytes)
-            });
-        let next_id = || env.versions.new_file_number();
-        let params = OutputParams {
-            region: &self.region,
-            pages: &pages,
-            slot: sref,
-            job: rec.job,
-            level: rec.level,
-            layout,
-            origin: origin_of(rec.kind),
-            inputs: rec.inputs.iter().map(|(_, id)| *id).collect(),
-            persist_every: self.cfg.persist_every,
-            mode: rec.mode,
-            node_bytes_hint: node_hint(entries, bytes, rec.target_bytes, rec.mode),
-            next_id: &next_id,
-        };
-        let mut o = Outputs::resume(params, &outs).map_err(|u| Error::InvalidArgument(u.0))?;
-        // Ids handed out before the crash may be above the MANIFEST's next
-        // file number: the outputs about to be made must not take them.
-        for id in o.named_ids() {
-            env.versions.mark_file_number_used(id);
         }
-        let mut cutter = GpCutter::new(rec.target_bytes, slot.grandparents.clone());
-        let base = rec.drop_tombstones.then_some(Base {
-            version: v,
-            level: rec.level as usize,
-        });
-        merge_into(&mut merge, &mut o, &mut cutter, rec.smallest_snapshot, base)?
-            .map_err(|u| Error::InvalidArgument(u.0))?;
-        let (built, _) = o.finish_all().map_err(|u| Error::InvalidArgument(u.0))?;
+        let mut built = Vec::new();
+        for part in rec.parts() {
+            let (slot, sref, outs, buffer_word) = read_slot(self.region.as_ref(), part.slot)?;
+            if slot.job != part.job {
+                return Err(Error::corruption(
+                    self.region.name(),
+                    part.slot.first * PAGE,
+                    "slot run names another job",
+                ));
+            }
+            let merge = match (rec.kind, layout) {
+                (JobKind::CopyForward, Layout::Full) => {
+                    let run = match format::unpack_run(buffer_word) {
+                        Some(run) => run,
+                        None => {
+                            let list =
+                                inputs
+                                    .first()
+                                    .and_then(|(_, ls)| ls.first())
+                                    .ok_or_else(|| {
+                                        Error::InvalidArgument(
+                                            "copy-forward without an input".into(),
+                                        )
+                                    })?;
+                            let pages = PmPages::new(&self.pm, JOB_PM_WAIT);
+                            let (run, _) = build::write_buffer(
+                                &self.region,
+                                &pages,
+                                rec.job,
+                                &mut list.iter_list(),
+                            )?;
+                            self.region
+                                .store_u64(sref.buffer_word, format::pack_run(run))?;
+                            self.region.persist(sref.buffer_word, 8)?;
+                            run
+                        }
+                    };
+                    Some(Merge::new(vec![Box::new(BufferSource::open(
+                        Arc::clone(&self.region),
+                        run,
+                    )?)]))
+                }
+                _ => None,
+            };
+            let shared = PartShared {
+                rec,
+                layout,
+                node_hint: node_hint(entries, bytes, rec.target_bytes, rec.mode),
+                grandparents: &slot.grandparents,
+                version: v,
+                inputs: &inputs,
+            };
+            let (b, _) = self.run_part(env, &shared, part, sref, Some(&outs), merge)?;
+            built.extend(b);
+        }
         Ok(Some((rec.inputs.clone(), built)))
     }
 
@@ -578,6 +717,27 @@ impl Tlsm {
     pub(super) fn run_sst(&self, env: &JobEnv, task: &Task) -> Result<JobOutput> {
         leveled::run_merge(env, task, self.cfg.sst_size_bytes)
     }
+}
+
+/// What every part of one PM-output job shares.
+struct PartShared<'a> {
+    rec: &'a JobRecord,
+    layout: Layout,
+    node_hint: u64,
+    grandparents: &'a [(Vec<u8>, u64)],
+    /// The version whose deeper levels decide where tombstones may drop.
+    version: &'a Version,
+    inputs: &'a [(usize, Vec<Arc<SkipList>>)],
+}
+
+/// Entries and entry bytes of a job's inputs.
+fn entries_and_bytes(inputs: &[(usize, Vec<Arc<SkipList>>)]) -> (u64, u64) {
+    inputs
+        .iter()
+        .flat_map(|(_, ls)| ls.iter())
+        .fold((0, 0), |(n, b), l| {
+            (n + l.len(), b + l.directory().entry_bytes)
+        })
 }
 
 /// The first node run of an output: about one output's nodes.
