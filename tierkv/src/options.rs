@@ -195,8 +195,9 @@ pub struct Options {
     pub write_pacing: bool,
     /// Background threads for flushes and compactions (`max_background_jobs`).
     pub background_threads: usize,
-    /// Threads one merge into the SSD levels may use (RocksDB's
-    /// `max_subcompactions`): a merge whose inputs hold at least two
+    /// Threads one merge may use (RocksDB's `max_subcompactions`): into
+    /// the SSD levels, and `tlsm`'s merges between PM levels (link or
+    /// copy) too. A merge whose inputs hold at least two
     /// output tables' worth of bytes is cut by key into up to this many
     /// parts of about equal bytes, merged side by side, their outputs
     /// listed in one edit. 0 (the default) = `background_threads`: with

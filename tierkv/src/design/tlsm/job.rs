@@ -50,12 +50,14 @@
 //! # Resume (`Design::recover`)
 //!
 //! The engine reconciles the PM allocator before the resume; the runs the
-//! record references (the slot run, a copy-forward's buffer, each named
-//! output's header, node and directory runs) are declared live by
+//! record references (each part's slot run, a copy-forward's buffer, each
+//! named output's header, node and directory runs) are declared live by
 //! `Design::live_pm_runs` (`Tlsm::job_runs`, with the reads and checks
 //! of the resume), so the resume's own allocations never land on them.
-//! With every input still in the version, the job is run again from the
-//! start of its merge with the recorded snapshot and grandparents; every
+//! With every input still in the version, each part of the job is run
+//! again in turn, from its first key, with the recorded snapshot and
+//! grandparents (every table id any part's slot names is marked used
+//! first, so no part's new output takes another's id); every
 //! entry it keeps is matched against the next node the slot's outputs
 //! already count (an output the slot names is reused, one closed before
 //! the crash is taken as it is), and linking continues after the last
@@ -67,7 +69,9 @@
 //! # Concurrency
 //!
 //! Jobs run on background threads; the engine's busy set keeps their inputs
-//! apart. A job writes PM nobody reads until its edit is applied; the only
+//! apart; the parts of a split merge run on scoped threads of their own
+//! (`compaction::side_by_side`), each writing only its own slot and
+//! outputs. A job writes PM nobody reads until its edit is applied; the only
 //! shared state it touches is the design's tag pool, reap list and
 //! reference index (each behind its own lock).
 

@@ -22,7 +22,10 @@
 //!   grandparent rule) and closed with a null sentinel (also the last,
 //!   part-full one). An entry outside its data run is `Corruption` and
 //!   the job ends with no edit. Bytes written are reported as relinked;
-//!   none are copied.
+//!   none are copied. A merge of at least two outputs is cut into
+//!   key-range parts (`max_subcompactions`) linked side by side, each
+//!   resumable on its own (`run::run_pm_job`): linking is CPU work, and
+//!   one thread per job left a core idle.
 //! * **Variants** (`TlsmOptions::variant`): `ps` — nodes hold their key and
 //!   value inline; compaction copies them (`tlsm-copy`); `ps_bac` — inline
 //!   nodes at flush, compaction links to the entries inside the input
@@ -148,7 +151,7 @@
 //!
 //! `Tlsm` is `Send + Sync`. Flushes are serial (the engine's contract);
 //! compactions run on several threads over disjoint inputs (the engine's
-//! busy set). Shared state: the list cache, the reference index, the tag
+//! busy set), and a split merge's parts each on a thread of its own. Shared state: the list cache, the reference index, the tag
 //! pool, the reap list and the flush reservation, each behind its own
 //! mutex, never held across I/O other than the allocator's. Readers use
 //! only closed lists.
