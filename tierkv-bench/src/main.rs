@@ -270,6 +270,11 @@ struct BenchArgs {
     /// than right after a fill.
     #[arg(long = "quiesce", num_args = 0..=1, default_value = "0", default_missing_value = "1", value_parser = parse_flag)]
     quiesce: bool,
+    /// Leave glibc malloc's dynamic mmap and trim thresholds to move
+    /// during the run, as they do in a fresh process (by default the bench
+    /// fixes them before the first configuration: [`pin_malloc`]).
+    #[arg(long = "malloc_dynamic", num_args = 0..=1, default_value = "0", default_missing_value = "1", value_parser = parse_flag)]
+    malloc_dynamic: bool,
     /// How long `--quiesce` waits at most before failing the run.
     #[arg(long = "quiesce_timeout_seconds", default_value_t = 1800)]
     quiesce_timeout_seconds: u64,
@@ -528,8 +533,44 @@ fn cleanup_pm_base(plan: &Plan, args: &BenchArgs) {
     }
 }
 
+/// Fixes glibc malloc's thresholds for the whole run, so that every
+/// configuration of a `compare` runs under the same allocator regime
+/// whatever its place in the list.
+///
+/// Why, measured (2026-11-29, `tierkv:classic/onpm=1` filling 1 GiB at
+/// `tlsm10`): the same configuration listed twice in one `compare` filled
+/// at 65.5 K ops/s first and 106.8 K second; alone, 62.4 K, and 121.6 K
+/// with the thresholds fixed. glibc starts with a 128 KiB mmap threshold
+/// that grows as large blocks are freed, and trims the heap top past
+/// twice that: until it has grown, a fresh process maps, faults in and
+/// unmaps its large allocations again and again, and a page fault costs
+/// about 7 µs in this VM (writing 14 GiB to tmpfs spent 24 s in the
+/// kernel). The first configuration paid for the process's warm-up; the
+/// ratios of earlier runs to their first configuration carry it. Every
+/// engine, RocksDB included, allocates from this malloc, so the fixed
+/// regime is the same for all. `--malloc_dynamic` leaves glibc's default.
+fn pin_malloc() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets allocator parameters; called before the
+    // bench starts any thread.
+    unsafe {
+        // 32 MiB: glibc's largest dynamic threshold on 64-bit (below it
+        // blocks come from the heap); trim only past 1 GiB free at the top.
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
+    }
+}
+
 fn main_inner() -> Result<()> {
     let cli = Cli::parse();
+    let bench = match &cli.cmd {
+        Some(Cmd::Compare(c)) => Some(&c.bench),
+        None => Some(&cli.bench),
+        _ => None,
+    };
+    if bench.is_some_and(|b| !b.malloc_dynamic) {
+        pin_malloc();
+    }
     match cli.cmd {
         Some(Cmd::Report(r)) => report::report(&r.json, r.out.as_deref()),
         Some(Cmd::Repair(r)) => repair(&r),
