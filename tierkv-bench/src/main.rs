@@ -635,6 +635,29 @@ mod tests {
         assert!(Cli::try_parse_from(["tierkv-bench", "--compression_type", "snappy"]).is_err());
     }
 
+    /// The allocator regime is fixed unless `--malloc_dynamic` is given,
+    /// for a single run and for `compare` alike.
+    #[test]
+    fn malloc_dynamic_flag() {
+        assert!(!Cli::parse_from(["tierkv-bench"]).bench.malloc_dynamic);
+        assert!(
+            Cli::parse_from(["tierkv-bench", "--malloc_dynamic"])
+                .bench
+                .malloc_dynamic
+        );
+        let cli = Cli::parse_from([
+            "tierkv-bench",
+            "compare",
+            "--configs",
+            "rocksdb-ssd",
+            "--malloc_dynamic",
+        ]);
+        match cli.cmd {
+            Some(Cmd::Compare(c)) => assert!(c.bench.malloc_dynamic),
+            _ => panic!("not a compare"),
+        }
+    }
+
     #[test]
     fn sweep_and_steady_flags() {
         let cli = Cli::parse_from([
