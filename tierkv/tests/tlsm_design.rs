@@ -74,17 +74,11 @@ fn churn(o: Options, n: u32) -> (Db, Model) {
 }
 
 fn check(db: &Db, model: &Model) {
-    let mut it = db.iter(ReadOptions::default()).expect("iter");
-    it.seek_to_first();
-    let mut got = Model::new();
-    while it.valid() {
-        got.insert(it.key().to_vec(), it.value().to_vec());
-        it.next();
-    }
-    it.status().expect("scan");
+    let got = scan(db, None);
     assert_eq!(got.len(), model.len());
     assert!(got == *model, "contents differ");
     // Backwards, from a seek in the middle.
+    let mut it = db.iter(ReadOptions::default()).expect("iter");
     it.seek(b"key00200");
     let mut back = Vec::new();
     while it.valid() && back.len() < 50 {

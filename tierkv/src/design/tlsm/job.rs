@@ -156,10 +156,8 @@ pub struct PartView<'a> {
     pub job: u64,
     /// Its slot run.
     pub slot: PageRun,
-    /// First user key (`None`: from the first key).
-    pub lo: Option<&'a [u8]>,
-    /// The user key it ends before (`None`: to the last key).
-    pub hi: Option<&'a [u8]>,
+    /// The user keys it covers.
+    pub span: KeySpan<'a>,
 }
 
 impl JobRecord {
@@ -207,15 +205,19 @@ impl JobRecord {
         out.push(PartView {
             job: self.job,
             slot: self.slot,
-            lo: None,
-            hi: self.more_parts.first().map(|p| p.first_key.as_slice()),
+            span: KeySpan {
+                lo: None,
+                hi: self.more_parts.first().map(|p| p.first_key.as_slice()),
+            },
         });
         for (i, p) in self.more_parts.iter().enumerate() {
             out.push(PartView {
                 job: p.job,
                 slot: p.slot,
-                lo: Some(&p.first_key),
-                hi: self.more_parts.get(i + 1).map(|n| n.first_key.as_slice()),
+                span: KeySpan {
+                    lo: Some(&p.first_key),
+                    hi: self.more_parts.get(i + 1).map(|n| n.first_key.as_slice()),
+                },
             });
         }
         out
@@ -951,11 +953,11 @@ mod tests {
         let parts = two.parts();
         assert_eq!(parts.len(), 2);
         assert_eq!(
-            (parts[0].job, parts[0].lo, parts[0].hi),
+            (parts[0].job, parts[0].span.lo, parts[0].span.hi),
             (57, None, Some(&b"m"[..]))
         );
         assert_eq!(
-            (parts[1].job, parts[1].lo, parts[1].hi),
+            (parts[1].job, parts[1].span.lo, parts[1].span.hi),
             (58, Some(&b"m"[..]), None)
         );
     }

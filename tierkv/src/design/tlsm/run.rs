@@ -9,8 +9,7 @@ use super::build::{self, Mode, OutputParams, Outputs, SlotRef};
 use super::format::{self, Layout, Slot};
 use super::job::{
     self, merge_into, origin_of, output_layout, read_slot, write_slot, Base, BufferSource,
-    GpCutter, JobKind, JobRecord, KeySpan, LevelSource, ListSource, Merge, PartRecord, PartView,
-    Source,
+    GpCutter, JobKind, JobRecord, LevelSource, ListSource, Merge, PartRecord, PartView, Source,
 };
 use super::list::{self, SkipList};
 use super::{PmPages, Tlsm};
@@ -420,13 +419,9 @@ impl Tlsm {
             version: sh.version,
             level: rec.level as usize,
         });
-        let span = KeySpan {
-            lo: part.lo,
-            hi: part.hi,
-        };
         merge_into(
             &mut merge,
-            span,
+            part.span,
             &mut outs,
             &mut cutter,
             rec.smallest_snapshot,
