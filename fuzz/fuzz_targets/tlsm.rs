@@ -465,10 +465,12 @@ fn build_all(
                 id: 1 + li as u64,
                 layout,
                 order,
+                filter_bits: 10,
             },
             &mut mem.iter(),
         )
         .ok()?;
+        same_as_walked(region, &b);
         let data_runs = b.refs.data.iter().map(|d| d.run).collect();
         lists.push((b.meta, data_runs, entries));
     }
@@ -482,6 +484,15 @@ fn build_all(
         None
     };
     Some((sim, lists, job, rest))
+}
+
+/// A list the process just wrote: the reader its builder recorded is the
+/// one the opening walk finds (`SkipList::from_builder`).
+fn same_as_walked(region: &Arc<dyn PmRegion>, b: &build::BuiltList) {
+    let walked = SkipList::open_filtered(Arc::clone(region), &b.meta, true, &Default::default(), 10)
+        .expect("a list just written opens");
+    let reader = b.reader.as_ref().expect("a fresh list has its builder's reader");
+    assert!(reader.same_as_walked(&walked), "builder's reader of list {}", b.meta.id);
 }
 
 /// Starts a compaction of every list into L1, with power cut after
@@ -548,6 +559,7 @@ fn compaction(
         mode,
         node_bytes_hint: 2048,
         next_id: &next_id,
+        filter_bits: 10,
     });
     let mut merge = Merge::new(
         opened
@@ -561,7 +573,15 @@ fn compaction(
         Ok(Ok(())) => outs
             .finish_all()
             .ok()
-            .map(|(built, _)| built.into_iter().map(|b| b.meta).collect()),
+            .map(|(built, _)| {
+                built
+                    .into_iter()
+                    .map(|b| {
+                        same_as_walked(region, &b);
+                        b.meta
+                    })
+                    .collect()
+            }),
         _ => None,
     };
     Some(Job {
@@ -636,6 +656,7 @@ fn resume(
         mode: j.mode,
         node_bytes_hint: 2048,
         next_id: &next_id,
+        filter_bits: 10,
     };
     let mut o = match Outputs::resume(params, &outs) {
         Ok(o) => o,

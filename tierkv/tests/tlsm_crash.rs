@@ -853,6 +853,7 @@ fn flush_with_budget(
             id: 7,
             layout: Layout::Full,
             order,
+            filter_bits: 10,
         },
         &mut mem.iter(),
     )

@@ -46,6 +46,8 @@ pub fn options_for(preset: Preset, setup: &EngineSetup) -> Options {
         l0_slowdown_trigger: setup.l0_triggers.1,
         l0_stop_trigger: setup.l0_triggers.2,
         delayed_write_rate_bytes_per_sec: setup.delayed_write_rate_bytes_per_sec,
+        pending_compaction_bytes_soft: setup.pending_compaction_bytes_limits.0,
+        pending_compaction_bytes_hard: setup.pending_compaction_bytes_limits.1,
         background_threads: setup.background_jobs,
         max_subcompactions: setup.subcompactions,
         block_cache_bytes: setup.block_cache_bytes as usize,
@@ -185,6 +187,9 @@ pub enum Knob {
     /// `lrucap=`: the PM tlsm's lists may fill before `lru` evicts (0 =
     /// the whole PM tier).
     TlsmLruCapacity(u64),
+    /// `check=0|1`: tlsm opens the lists it writes by the full walk
+    /// (`TlsmOptions::check_outputs`; default 0).
+    TlsmCheckOutputs(bool),
     /// `wal=ssd|pm`: where the WAL lives (default: PM when the design has
     /// a PM tier) — the TLSM paper's WAL is on disk.
     Wal(WalPlacement),
@@ -283,6 +288,7 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
                 )))
             }
             "vsst" if n <= 1 => Knob::Vsst(n == 1),
+            "check" if n <= 1 => Knob::TlsmCheckOutputs(n == 1),
             "thr" if n >= 1 => Knob::TlsmThreshold(n),
             "lrucap" => Knob::TlsmLruCapacity(n),
             "onpm" if n == 1 => Knob::OnPm,
@@ -291,7 +297,7 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
                     "knob `{part}` of `{spec}`: thr is at least 1, onpm is 1"
                 )))
             }
-            "pace" | "vsst" | "iotune" | "mfilter" => {
+            "pace" | "vsst" | "iotune" | "mfilter" | "check" => {
                 return Err(Error::Usage(format!(
                     "knob `{part}` of `{spec}`: {name} is 0 or 1"
                 )))
@@ -326,7 +332,7 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
             }
             _ => {
                 return Err(Error::Usage(format!(
-                    "unknown knob `{name}` in `{spec}`; knobs: mem, sst, phi, f, l0, batch, l1, regions, hints, limit, k, sub, pace, nice, iotune, mfilter, rt, cap, prefix, quantiles, hash, faithful, cache, pmlv, seg, tbl, relink, entry, copy, paper, vsst, policy, thr, variant, lrucap, wal, onpm"
+                    "unknown knob `{name}` in `{spec}`; knobs: mem, sst, phi, f, l0, batch, l1, regions, hints, limit, k, sub, pace, nice, iotune, mfilter, rt, cap, prefix, quantiles, hash, faithful, cache, pmlv, seg, tbl, relink, entry, copy, paper, vsst, policy, thr, variant, lrucap, check, wal, onpm"
                 )))
             }
         });
@@ -378,6 +384,7 @@ pub fn options_for_spec(preset: Preset, spec: &str, setup: &EngineSetup) -> Resu
             | Knob::TlsmThreshold(_)
             | Knob::TlsmVariant(_)
             | Knob::TlsmLruCapacity(_)
+            | Knob::TlsmCheckOutputs(_)
             | Knob::Wal(_)
             | Knob::OnPm => {}
         }
@@ -437,6 +444,7 @@ pub fn options_for_spec(preset: Preset, spec: &str, setup: &EngineSetup) -> Resu
             Knob::TlsmThreshold(n) => o.tlsm.level_threshold = n as usize,
             Knob::TlsmVariant(v) => o.tlsm.variant = v,
             Knob::TlsmLruCapacity(n) => o.tlsm.lru_capacity_bytes = n,
+            Knob::TlsmCheckOutputs(on) => o.tlsm.check_outputs = on,
             Knob::Wal(w) => o.wal = Some(w),
             Knob::OnPm if preset.needs_pm() => {
                 return Err(Error::Usage(format!(

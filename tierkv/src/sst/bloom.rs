@@ -86,6 +86,11 @@ impl BloomBuilder {
         }
     }
 
+    /// Bits per key (0: this builder makes no filter).
+    pub fn bits_per_key(&self) -> usize {
+        self.bits_per_key
+    }
+
     /// Hashes stored so far.
     pub fn len(&self) -> usize {
         self.hashes.len()
@@ -125,7 +130,7 @@ impl BloomBuilder {
 }
 
 /// A filter read back from a table.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BloomFilter {
     /// Bits followed by the probe count; empty = no filter.
     data: Vec<u8>,

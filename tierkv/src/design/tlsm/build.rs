@@ -54,13 +54,14 @@ use super::format::{
     Directory, Header, Layout, LinkWords, Origin, BUFFER_HEADER_BYTES, HEAD_MARK, MAX_HEIGHT,
     NODE_FIXED, NODE_RUN_SLOTS,
 };
-use super::list::read_header;
+use super::list::{read_header, SkipList};
 use super::refs::ListRefs;
 use crate::design::Written;
 use crate::error::{Error, Result};
 use crate::iter::InternalIterator;
 use crate::key::{self, Kind, SeqNo};
 use crate::options::TlsmPersistOrder;
+use crate::sst::bloom::BloomBuilder;
 use crate::stats::Tier;
 use crate::storage::alloc::{PageRun, PAGE_SIZE_BYTES};
 use crate::storage::PmRegion;
@@ -85,6 +86,10 @@ pub struct BuiltList {
     pub refs: ListRefs,
     /// Bytes stored into PM.
     pub written: Written,
+    /// Its reader, from what the builder recorded
+    /// ([`SkipList::from_builder`]; `None` for an output a resume found
+    /// closed).
+    pub reader: Option<SkipList>,
 }
 
 /// What a flush needs besides the entries.
@@ -99,6 +104,8 @@ pub struct FlushParams<'a> {
     pub layout: Layout,
     /// Persist order (full variant only).
     pub order: TlsmPersistOrder,
+    /// Bits per user key of the reader's bloom filter (0: none).
+    pub filter_bits: usize,
 }
 
 /// One entry of a flush, staged in DRAM.
@@ -286,9 +293,11 @@ fn flush_inner(
     let mut buf: Vec<u8> = Vec::new();
     let mut staged: Vec<Staged> = Vec::new();
     let mut stats = EntryStats::default();
+    let mut filter = BloomBuilder::new(p.filter_bits);
     it.seek_to_first();
     while it.valid() {
         let (k, v) = (it.key(), it.value());
+        filter.add_key(key::user_key(k));
         let at = buf.len();
         if inline {
             put_inline_entry(&mut buf, k, v);
@@ -591,10 +600,13 @@ fn flush_inner(
             .copied(),
     );
     let own_bytes = pm_pages.iter().map(|r| r.count * PAGE).sum();
+    let reader =
+        SkipList::from_builder(Arc::clone(region), p.id, header, dir, sentinel, &mut filter);
     Ok(BuiltList {
         meta: stats.meta(p.id, pm_pages),
         refs: ListRefs { own_bytes, data },
         written,
+        reader: Some(reader),
     })
 }
 
@@ -669,6 +681,8 @@ pub struct OutputParams<'a> {
     pub node_bytes_hint: u64,
     /// Fresh table ids.
     pub next_id: &'a (dyn Fn() -> u64 + Sync),
+    /// Bits per user key of each output reader's bloom filter (0: none).
+    pub filter_bits: usize,
 }
 
 /// A node found in an output by a resume.
@@ -700,6 +714,8 @@ struct Output {
     replay: std::collections::VecDeque<Replayed>,
     /// Directory run when the directory did not fit in the header run.
     dir_run: Option<PageRun>,
+    /// The user keys linked so far, for the reader's filter.
+    filter: BloomBuilder,
 }
 
 /// Outputs of one job: named in the slot, linked node by node, closed at
@@ -747,6 +763,7 @@ impl<'a> Outputs<'a> {
                 o.p.mode,
                 i as u32,
                 hoff,
+                o.p.filter_bits,
             )
             .and_then(|out| {
                 if !out.closed {
@@ -872,6 +889,7 @@ impl<'a> Outputs<'a> {
 
     /// Updates an output's statistics and data runs for a node at `pos`.
     fn account(c: &mut Output, mode: Mode, item: &Item<'_>, pos: u64, _size: u64) -> Result<()> {
+        c.filter.add_key(key::user_key(item.ikey));
         match mode {
             Mode::Link => {
                 c.stats.add(item.ikey, item.entry_len)?;
@@ -985,6 +1003,7 @@ impl<'a> Outputs<'a> {
             closed: false,
             replay: Default::default(),
             dir_run: None,
+            filter: BloomBuilder::new(self.p.filter_bits),
         })
     }
 
@@ -1136,7 +1155,17 @@ impl<'a> Outputs<'a> {
         let n = (8 + NODE_FIXED + 8 + d.len() + 8) as u64;
         self.written_add(n);
         c.closed = true;
-        Ok(self.built(c, dir))
+        let reader = SkipList::from_builder(
+            Arc::clone(region),
+            c.id,
+            c.header.clone(),
+            dir.clone(),
+            sentinel,
+            &mut c.filter,
+        );
+        let mut built = self.built(c, dir);
+        built.reader = Some(reader);
+        Ok(built)
     }
 
     /// The result of an output closed before the crash (a resume).
@@ -1186,6 +1215,7 @@ impl<'a> Outputs<'a> {
                 data: dir.data,
             },
             written: Written::default(),
+            reader: None,
         }
     }
 
@@ -1244,6 +1274,7 @@ fn load_output(
     mode: Mode,
     ordinal: u32,
     hoff: u64,
+    filter_bits: usize,
 ) -> Result<Output> {
     if !hoff.is_multiple_of(PAGE) {
         return Err(Error::corruption(
@@ -1284,6 +1315,7 @@ fn load_output(
         closed: hv.dir_off != 0,
         replay: Default::default(),
         dir_run: None,
+        filter: BloomBuilder::new(filter_bits),
     };
     let Some(run0) = out.runs.first().copied() else {
         return Err(Error::corruption(
@@ -1388,7 +1420,7 @@ pub fn output_runs(
     ordinal: u32,
     hoff: u64,
 ) -> Result<Vec<PageRun>> {
-    let out = load_output(region, job, level, mode, ordinal, hoff)?;
+    let out = load_output(region, job, level, mode, ordinal, hoff, 0)?;
     let mut runs = vec![out.hrun];
     runs.extend(out.runs.iter().copied());
     if out.closed {
@@ -1514,6 +1546,7 @@ mod tests {
                 id: 9,
                 layout: Layout::Full,
                 order: TlsmPersistOrder::Sound,
+                filter_bits: 10,
             },
             &mut mem.iter(),
         )
@@ -1633,6 +1666,7 @@ mod tests {
                     id: 9,
                     layout,
                     order: TlsmPersistOrder::Sound,
+                    filter_bits: 10,
                 },
                 &mut mem.iter(),
             )
@@ -1761,5 +1795,114 @@ mod tests {
             "a present key reads the node"
         );
         assert!(plain.get(absent[0].as_bytes(), 500).is_err());
+    }
+
+    /// The reader a builder records for a list it wrote (flush, and every
+    /// output of a link and a copy compaction, cut into several) is the
+    /// reader the opening walk finds: head, sentinel, header, directory
+    /// and filter (`SkipList::same_as_walked`), so adopting it
+    /// (`ListCache::adopt`, `TlsmOptions::check_outputs` off) reads
+    /// exactly what a walked list reads.
+    #[test]
+    fn builders_readers_are_the_walked_readers() {
+        use super::super::format::Slot;
+        use super::super::job::{self, GpCutter, KeySpan, ListSource, Merge, Source};
+        use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+        let walked = |region: &Arc<dyn PmRegion>, b: &BuiltList| {
+            SkipList::open_filtered(Arc::clone(region), &b.meta, true, &Default::default(), 10)
+                .unwrap()
+        };
+        for layout in [Layout::Full, Layout::Ps] {
+            let sim = Arc::new(SimRegion::new(8 << 20));
+            let region: Arc<dyn PmRegion> = sim.clone();
+            let tier = Arc::new(PmTier::open(Arc::clone(&region), false).unwrap());
+            let pages = Alloc(Arc::clone(&tier));
+            // Three overlapping flushes, with overwrites and tombstones.
+            let mut lists = Vec::new();
+            for f in 0..3u64 {
+                let mem = Arc::new(MemTable::new(0));
+                for i in 0..400u64 {
+                    let k = format!("key{:05}", (i * 7 + f * 3) % 900);
+                    let seq = 1 + f * 1000 + i;
+                    if i % 11 == 5 {
+                        mem.add(seq, Kind::Delete, k.as_bytes(), b"");
+                    } else {
+                        mem.add(seq, Kind::Put, k.as_bytes(), &vec![b'a' + f as u8; 40]);
+                    }
+                }
+                let b = flush_list(
+                    &FlushParams {
+                        region: &region,
+                        pages: &pages,
+                        id: 10 + f,
+                        layout,
+                        order: TlsmPersistOrder::Sound,
+                        filter_bits: 10,
+                    },
+                    &mut mem.iter(),
+                )
+                .unwrap();
+                let w = walked(&region, &b);
+                assert!(b.reader.as_ref().unwrap().same_as_walked(&w), "flush {f}");
+                lists.push(Arc::new(w));
+            }
+            for mode in [Mode::Link, Mode::Copy] {
+                let slot = pages.alloc(1, 1).unwrap();
+                let sref = job::write_slot(
+                    &region,
+                    slot,
+                    &Slot {
+                        job: 77,
+                        capacity: 64,
+                        grandparents: Vec::new(),
+                    },
+                )
+                .unwrap();
+                let next = AtomicU64::new(100);
+                let next_id = || next.fetch_add(1, AtomicOrdering::Relaxed);
+                let mut outs = Outputs::new(OutputParams {
+                    region: &region,
+                    pages: &pages,
+                    slot: sref,
+                    job: 77,
+                    level: 1,
+                    layout: job::output_layout(mode, layout),
+                    origin: Origin::Compaction,
+                    inputs: vec![10, 11, 12],
+                    persist_every: 3,
+                    mode,
+                    node_bytes_hint: 2048,
+                    next_id: &next_id,
+                    filter_bits: 10,
+                });
+                let mut merge = Merge::new(
+                    lists
+                        .iter()
+                        .map(|l| Box::new(ListSource::new(l)) as Box<dyn Source>)
+                        .collect(),
+                );
+                let mut cutter = GpCutter::new(8 << 10, Vec::new());
+                job::merge_into(
+                    &mut merge,
+                    KeySpan::default(),
+                    &mut outs,
+                    &mut cutter,
+                    0,
+                    None,
+                )
+                .unwrap()
+                .unwrap();
+                let (built, _) = outs.finish_all().unwrap();
+                assert!(built.len() >= 3, "{mode:?}: {} outputs", built.len());
+                for b in &built {
+                    let w = walked(&region, b);
+                    assert!(
+                        b.reader.as_ref().unwrap().same_as_walked(&w),
+                        "{layout:?} {mode:?}: output {}",
+                        b.meta.id
+                    );
+                }
+            }
+        }
     }
 }

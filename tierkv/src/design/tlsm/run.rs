@@ -399,6 +399,7 @@ impl Tlsm {
             mode: rec.mode,
             node_bytes_hint: sh.node_hint,
             next_id: &next_id,
+            filter_bits: self.lists.filter_bits(),
         };
         let mut outs = match named {
             None => Outputs::new(params),
@@ -428,14 +429,16 @@ impl Tlsm {
             base,
         )?
         .map_err(unresumable)?;
-        let (built, written) = outs.finish_all().map_err(unresumable)?;
-        // Open each output here, on the part's own thread: the opening walk
-        // (every node checked, the DRAM filter built) would otherwise run
-        // when the job's tables are warmed, one list after another on the
-        // compaction thread (7-8% of its samples at tlsm10). A list that
-        // fails its checks is left for its first reader to report.
-        for b in &built {
-            if let Err(e) = self.lists.get(&b.meta) {
+        let (mut built, written) = outs.finish_all().map_err(unresumable)?;
+        // Register each output's reader here, on the part's own thread:
+        // the builder's own (`ListCache::adopt`), or with `check_outputs`
+        // the opening walk (every node checked, the DRAM filter built),
+        // which would otherwise run when the job's tables are warmed, one
+        // list after another on the compaction thread (7-8% of its samples
+        // at tlsm10). A list that fails its checks is left for its first
+        // reader to report.
+        for b in &mut built {
+            if let Err(e) = self.lists.adopt(&b.meta, b.reader.take()) {
                 log::warn!("tlsm: output #{} of job {}: {e}", b.meta.id, rec.job);
             }
         }
