@@ -211,6 +211,15 @@ struct BenchArgs {
     /// Write rate while delayed (bytes/s).
     #[arg(long = "delayed_write_rate", default_value_t = 16 << 20)]
     delayed_write_rate: u64,
+    /// Estimated pending compaction bytes at which writes slow down
+    /// (RocksDB's `soft_pending_compaction_bytes_limit`; default 64 GiB,
+    /// RocksDB's). Applies to RocksDB and to the tierkv designs that
+    /// estimate it (`classic`, `vlsm`, `rangetab`).
+    #[arg(long = "soft_pending_compaction_bytes_limit", default_value_t = 64 << 30)]
+    soft_pending_compaction_bytes_limit: u64,
+    /// The same at which writes stop (default 256 GiB, RocksDB's).
+    #[arg(long = "hard_pending_compaction_bytes_limit", default_value_t = 256 << 30)]
+    hard_pending_compaction_bytes_limit: u64,
     /// O_DIRECT for flush and compaction.
     #[arg(long = "use_direct_io_for_flush_and_compaction", num_args = 0..=1, default_value = "0", default_missing_value = "1", value_parser = parse_flag)]
     use_direct_io_for_flush_and_compaction: bool,
@@ -466,6 +475,10 @@ fn plan_from(args: &BenchArgs, configs: Vec<Config>, default_scale: Scale) -> Re
                 .unwrap_or(scale.l0_triggers().2),
         ),
         delayed_write_rate_bytes_per_sec: args.delayed_write_rate,
+        pending_compaction_bytes_limits: (
+            args.soft_pending_compaction_bytes_limit,
+            args.hard_pending_compaction_bytes_limit,
+        ),
         direct_io: args.use_direct_io_for_flush_and_compaction,
         bytes_per_sync: args.bytes_per_sync,
         wal_bytes_per_sync: args.wal_bytes_per_sync,

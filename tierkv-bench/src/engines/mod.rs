@@ -339,6 +339,9 @@ pub struct EngineSetup {
     pub l0_triggers: (usize, usize, usize),
     /// Write rate while delayed, bytes per second.
     pub delayed_write_rate_bytes_per_sec: u64,
+    /// Pending compaction bytes at which writes slow down and stop
+    /// (RocksDB's soft and hard limits).
+    pub pending_compaction_bytes_limits: (u64, u64),
     /// O_DIRECT for flush and compaction output.
     pub direct_io: bool,
     /// Start the write-back of flush and compaction output every this many
@@ -395,6 +398,7 @@ impl EngineSetup {
             bloom_bits: 10,
             l0_triggers: (4, 20, 36),
             delayed_write_rate_bytes_per_sec: 16 << 20,
+            pending_compaction_bytes_limits: (64 << 30, 256 << 30),
             direct_io: false,
             bytes_per_sync: 0,
             wal_bytes_per_sync: 0,

@@ -119,6 +119,12 @@ impl RocksEngine {
         opts.set_level_zero_file_num_compaction_trigger(setup.l0_triggers.0 as i32);
         opts.set_level_zero_slowdown_writes_trigger(setup.l0_triggers.1 as i32);
         opts.set_level_zero_stop_writes_trigger(setup.l0_triggers.2 as i32);
+        opts.set_soft_pending_compaction_bytes_limit(
+            setup.pending_compaction_bytes_limits.0 as usize,
+        );
+        opts.set_hard_pending_compaction_bytes_limit(
+            setup.pending_compaction_bytes_limits.1 as usize,
+        );
         opts.set_use_direct_io_for_flush_and_compaction(setup.direct_io);
         opts.set_bytes_per_sync(setup.bytes_per_sync);
         opts.set_wal_bytes_per_sync(setup.wal_bytes_per_sync);
