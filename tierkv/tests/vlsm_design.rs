@@ -431,3 +431,88 @@ fn vlsm_concurrent_writers_with_several_compaction_threads() {
     let db = Db::open(Path::new("/db"), o).expect("reopen");
     check(&db, &model);
 }
+
+/// Every entry a scan at `snapshot` (None: the latest state) returns.
+fn scan(db: &Db, snapshot: Option<tierkv::Snapshot>) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut it = db
+        .iter(tierkv::ReadOptions {
+            snapshot,
+            ..tierkv::ReadOptions::default()
+        })
+        .expect("iter");
+    it.seek_to_first();
+    let mut got = Vec::new();
+    while it.valid() {
+        got.push((it.key().to_vec(), it.value().to_vec()));
+        it.next();
+    }
+    it.status().expect("scan");
+    got
+}
+
+fn design_stat(db: &Db, name: &str) -> f64 {
+    db.stats()
+        .design
+        .iter()
+        .find(|(k, _)| k == name)
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// L1 → L2 merges whose groups are cut into key-range parts run side by
+/// side (`max_subcompactions` 2) keep exactly what merging each group on
+/// one thread keeps (`max_subcompactions` 1): the newest values, the
+/// versions a live snapshot reads, tombstones — and the split happens.
+#[test]
+fn split_l1_l2_merges_keep_exactly_what_one_merge_keeps() {
+    let mut results = Vec::new();
+    for sub in [1usize, 2] {
+        let fs = MemFs::new();
+        let db = Db::open(
+            Path::new("/db"),
+            Options {
+                max_subcompactions: sub,
+                ..opts(&fs, Preset::Vlsm)
+            },
+        )
+        .expect("open");
+        let mut model: std::collections::BTreeMap<Vec<u8>, Vec<u8>> = Default::default();
+        let mut at_snapshot = None;
+        let mut rng = SmallRng::seed_from_u64(11);
+        for i in 0..40_000u32 {
+            let k = key(rng.gen_range(0..6000u32));
+            if i % 13 == 5 {
+                db.delete(&k).expect("delete");
+                model.remove(&k);
+            } else {
+                let v = vec![(i % 251) as u8; 60 + (i as usize * 37) % 90];
+                db.put(&k, &v).expect("put");
+                model.insert(k, v);
+            }
+            if i == 20_000 {
+                at_snapshot = Some((db.snapshot(), model.clone()));
+            }
+        }
+        db.flush().expect("flush");
+        db.compact_range(None, None).expect("compact");
+        let (snap, snap_model) = at_snapshot.expect("snapshot taken");
+        let want: Vec<_> = model.into_iter().collect();
+        assert_eq!(scan(&db, None), want, "sub={sub}: latest");
+        let want_snap: Vec<_> = snap_model.into_iter().collect();
+        assert_eq!(
+            scan(&db, Some(snap)),
+            want_snap,
+            "sub={sub}: at the snapshot"
+        );
+        let merges = design_stat(&db, "vlsm.l1_l2.merges");
+        let split = design_stat(&db, "vlsm.l1_l2.split_groups");
+        assert!(merges > 0.0, "sub={sub}: no L1 → L2 merge");
+        assert_eq!(
+            split > 0.0,
+            sub > 1,
+            "sub={sub}: {split} split groups of {merges} merges"
+        );
+        results.push(scan(&db, None));
+    }
+    assert_eq!(results[0], results[1]);
+}
