@@ -53,7 +53,8 @@ use tierkv::design::tlsm::format::{
     BUFFER_HEADER_BYTES, HEAD_MARK, MARKER_HEIGHT, MAX_HEIGHT, NODE_FIXED,
 };
 use tierkv::design::tlsm::job::{
-    self, merge_into, BufferSource, GpCutter, JobKind, JobRecord, KeySpan, ListSource, Merge, Source,
+    self, merge_into, BufferSource, GpCutter, JobKind, JobRecord, KeySpan, ListSource, Merge,
+    Source,
 };
 use tierkv::design::tlsm::list::{self, SkipList, Verified};
 use tierkv::iter::{Found, InternalIterator, TableReader};
@@ -470,7 +471,7 @@ fn build_all(
             &mut mem.iter(),
         )
         .ok()?;
-        same_as_walked(region, &b);
+        same_as_walked(&region, &b);
         let data_runs = b.refs.data.iter().map(|d| d.run).collect();
         lists.push((b.meta, data_runs, entries));
     }
@@ -489,10 +490,18 @@ fn build_all(
 /// A list the process just wrote: the reader its builder recorded is the
 /// one the opening walk finds (`SkipList::from_builder`).
 fn same_as_walked(region: &Arc<dyn PmRegion>, b: &build::BuiltList) {
-    let walked = SkipList::open_filtered(Arc::clone(region), &b.meta, true, &Default::default(), 10)
-        .expect("a list just written opens");
-    let reader = b.reader.as_ref().expect("a fresh list has its builder's reader");
-    assert!(reader.same_as_walked(&walked), "builder's reader of list {}", b.meta.id);
+    let walked =
+        SkipList::open_filtered(Arc::clone(region), &b.meta, true, &Default::default(), 10)
+            .expect("a list just written opens");
+    let reader = b
+        .reader
+        .as_ref()
+        .expect("a fresh list has its builder's reader");
+    assert!(
+        reader.same_as_walked(&walked),
+        "builder's reader of list {}",
+        b.meta.id
+    );
 }
 
 /// Starts a compaction of every list into L1, with power cut after
@@ -568,20 +577,24 @@ fn compaction(
             .collect(),
     );
     let mut cutter = GpCutter::new(target, Vec::new());
-    let ran = merge_into(&mut merge, KeySpan::default(), &mut outs, &mut cutter, snapshot, None);
+    let ran = merge_into(
+        &mut merge,
+        KeySpan::default(),
+        &mut outs,
+        &mut cutter,
+        snapshot,
+        None,
+    );
     let finished = match ran {
-        Ok(Ok(())) => outs
-            .finish_all()
-            .ok()
-            .map(|(built, _)| {
-                built
-                    .into_iter()
-                    .map(|b| {
-                        same_as_walked(region, &b);
-                        b.meta
-                    })
-                    .collect()
-            }),
+        Ok(Ok(())) => outs.finish_all().ok().map(|(built, _)| {
+            built
+                .into_iter()
+                .map(|b| {
+                    same_as_walked(region, &b);
+                    b.meta
+                })
+                .collect()
+        }),
         _ => None,
     };
     Some(Job {
@@ -672,7 +685,14 @@ fn resume(
             .collect(),
     );
     let mut cutter = GpCutter::new(j.target, slot.grandparents.clone());
-    let built = match merge_into(&mut merge, KeySpan::default(), &mut o, &mut cutter, j.snapshot, None) {
+    let built = match merge_into(
+        &mut merge,
+        KeySpan::default(),
+        &mut o,
+        &mut cutter,
+        j.snapshot,
+        None,
+    ) {
         Ok(Ok(())) => match o.finish_all() {
             Ok((built, _)) => built,
             Err(u) => {
