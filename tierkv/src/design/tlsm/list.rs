@@ -1273,10 +1273,15 @@ impl ListCache {
         self
     }
 
-    /// Bits per user key of the lists' DRAM bloom filters (0: none); a
-    /// builder whose reader is adopted builds its filter with them.
-    pub fn filter_bits(&self) -> usize {
-        self.filter_bits
+    /// Bits per user key a builder gives its reader's filter: the lists'
+    /// (0: none), or 0 when the cache walks what this process writes
+    /// (`check_outputs`), whose walk builds the filter the reader keeps.
+    pub fn builder_filter_bits(&self) -> usize {
+        if self.check_outputs {
+            0
+        } else {
+            self.filter_bits
+        }
     }
 
     /// The reader of the list `meta` describes, which this process has just

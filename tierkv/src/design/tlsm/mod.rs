@@ -587,7 +587,7 @@ impl Design for Tlsm {
                 id,
                 layout: self.layout(),
                 order: self.cfg.order,
-                filter_bits: self.lists.filter_bits(),
+                filter_bits: self.lists.builder_filter_bits(),
             },
             &mut mem.iter(),
         );

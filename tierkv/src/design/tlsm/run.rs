@@ -399,7 +399,7 @@ impl Tlsm {
             mode: rec.mode,
             node_bytes_hint: sh.node_hint,
             next_id: &next_id,
-            filter_bits: self.lists.filter_bits(),
+            filter_bits: self.lists.builder_filter_bits(),
         };
         let mut outs = match named {
             None => Outputs::new(params),
