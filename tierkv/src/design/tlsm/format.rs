@@ -195,6 +195,14 @@ pub fn put_inline_entry(dst: &mut Vec<u8>, ikey: &[u8], value: &[u8]) {
 /// varints are malformed or the entry does not fit in `b`.
 #[inline]
 pub fn entry_shape(b: &[u8]) -> Option<EntryShape> {
+    entry_shape_from_prefix(b).filter(|s| s.len <= b.len())
+}
+
+/// Decodes the lengths of an entry from its first bytes (`ENTRY_PROBE` of
+/// them hold both varints); the entry may run past `b` (the caller checks
+/// `len` against the room it has). `None` if the varints are malformed.
+#[inline]
+pub fn entry_shape_from_prefix(b: &[u8]) -> Option<EntryShape> {
     let (k, a) = get_varint(b)?;
     let (v, c) = get_varint(b.get(a..)?)?;
     let key_at = a + c;
@@ -202,7 +210,7 @@ pub fn entry_shape(b: &[u8]) -> Option<EntryShape> {
     let value_len = usize::try_from(v).ok()?;
     let value_at = key_at.checked_add(key_len)?;
     let len = value_at.checked_add(value_len)?;
-    (len <= b.len()).then_some(EntryShape {
+    Some(EntryShape {
         key_at,
         key_len,
         value_at,

@@ -43,8 +43,8 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::format::{
-    self, entry_shape, node_head, Directory, Header, LinkWords, BUFFER_HEADER_BYTES, ENTRY_PROBE,
-    HEAD_MARK, MARKER_HEIGHT, MAX_HEIGHT, NODE_FIXED,
+    self, node_head, Directory, Header, LinkWords, BUFFER_HEADER_BYTES, ENTRY_PROBE, HEAD_MARK,
+    MARKER_HEIGHT, MAX_HEIGHT, NODE_FIXED,
 };
 use crate::error::{Error, Result};
 use crate::iter::{Found, InternalIterator, TableReader};
@@ -840,19 +840,18 @@ impl SkipList {
         let probe = self
             .region
             .slice(body, (ENTRY_PROBE as u64).min(avail) as usize)?;
-        let lens = entry_prefix_len(probe)
+        // One read of the lengths: `probe` holds both varints.
+        let s = format::entry_shape_from_prefix(probe)
             .ok_or_else(|| Error::corruption(self.region.name(), off, "malformed entry"))?;
-        if lens as u64 > avail {
+        if s.len as u64 > avail {
             return Err(Error::corruption(
                 self.region.name(),
                 off,
                 "entry overruns its run",
             ));
         }
-        let b = self.region.slice(body, lens)?;
-        let s = entry_shape(b)
-            .ok_or_else(|| Error::corruption(self.region.name(), off, "malformed entry"))?;
         if verify && skip == 4 {
+            let b = self.region.slice(body, s.len)?;
             let c = self.region.slice(off, 4)?;
             if u32::from_le_bytes([c[0], c[1], c[2], c[3]]) != crc32c::crc32c(b) {
                 return Err(Error::corruption(
@@ -1076,11 +1075,7 @@ struct EntryLoc {
 
 /// Length of the entry whose varints start `b` (whole entry, no crc).
 pub(super) fn entry_prefix_len(b: &[u8]) -> Option<usize> {
-    let (k, a) = crate::coding::get_varint(b)?;
-    let (v, c) = crate::coding::get_varint(b.get(a..)?)?;
-    let k = usize::try_from(k).ok()?;
-    let v = usize::try_from(v).ok()?;
-    (a + c).checked_add(k)?.checked_add(v)
+    format::entry_shape_from_prefix(b).map(|s| s.len)
 }
 
 impl TableReader for SkipList {
