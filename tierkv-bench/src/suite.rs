@@ -8,8 +8,10 @@
 //! before anything runs; a run that cannot fit is refused.
 //!
 //! A configuration the engine refuses (`Error::Refused`: not built in,
-//! invalid options) or that fails is reported on stderr and skipped; the
-//! others still run.
+//! invalid options) or that fails is reported and skipped; the others
+//! still run. One that fails after some of its benchmarks completed keeps
+//! their records (the JSON holds what the log printed; e.g. TLSM's `none`
+//! policy filling its PM in the last YCSB phase).
 //!
 //! # Steady state (`--steady_state`)
 //!
@@ -468,6 +470,32 @@ fn append_slow_reads(path: &Path, config: &str, bench: &str, m: &Measured) -> Re
 
 /// Runs `steps` on a fresh database of `config`.
 pub fn run_config(plan: &Plan, config: &Config, steps: &[Step]) -> Result<Vec<Record>> {
+    let (records, err) = run_config_kept(plan, config, steps);
+    match err {
+        Some(e) => Err(e),
+        None => Ok(records),
+    }
+}
+
+/// [`run_config`], keeping the records of the benchmarks that completed
+/// before an error (a `compare` reports them, as its log printed them)
+/// beside the error.
+pub fn run_config_kept(
+    plan: &Plan,
+    config: &Config,
+    steps: &[Step],
+) -> (Vec<Record>, Option<Error>) {
+    let mut records = Vec::new();
+    let err = run_config_into(plan, config, steps, &mut records).err();
+    (records, err)
+}
+
+fn run_config_into(
+    plan: &Plan,
+    config: &Config,
+    steps: &[Step],
+    records: &mut Vec<Record>,
+) -> Result<()> {
     let (ssd_dir, pm_dir) = plan.dirs(config);
     remove_dir(&ssd_dir)?;
     remove_dir(&pm_dir)?;
@@ -484,7 +512,6 @@ pub fn run_config(plan: &Plan, config: &Config, steps: &[Step]) -> Result<Vec<Re
     };
     let result = (|| {
         let engine = engines::open(config, &setup)?;
-        let mut records = Vec::new();
         for step in steps {
             let b = step.bench.as_str();
             let params = plan.params_for(b);
@@ -565,7 +592,7 @@ pub fn run_config(plan: &Plan, config: &Config, steps: &[Step]) -> Result<Vec<Re
             }
         }
         engine.close()?;
-        Ok(records)
+        Ok(())
     })();
     if !plan.keep_db {
         let _ = remove_dir(&ssd_dir);
@@ -758,7 +785,22 @@ pub fn execute(plan: &Plan) -> Result<Vec<Record>> {
                         ..Step::closed(b)
                     })
                     .collect();
-                run_config(plan, c, &steps)
+                let (kept, err) = run_config_kept(plan, c, &steps);
+                match err {
+                    Some(e) if !kept.is_empty() => {
+                        println!(
+                            "{}: stopped after {} of {} benchmarks, which are kept ({e})",
+                            c.name,
+                            kept.len(),
+                            steps.len()
+                        );
+                        records.extend(kept);
+                        failures.push(format!("{}: {e}", c.name));
+                        Ok(Vec::new())
+                    }
+                    Some(e) => Err(e),
+                    None => Ok(kept),
+                }
             }
         };
         match result {
