@@ -149,9 +149,17 @@ impl Inner {
                 if st.shutting_down {
                     return;
                 }
-                if !self.versions.ctx().obsolete.lock().is_empty() {
+                // The flush thread frees PM only (a flush may wait for the
+                // pages); unlinking SST files is the compaction threads'.
+                let ssd_files = role != Role::Flush;
+                let pending = if ssd_files {
+                    !self.versions.ctx().obsolete.lock().is_empty()
+                } else {
+                    self.obsolete_in_pm()
+                };
+                if pending {
                     drop(st);
-                    self.release_obsolete();
+                    self.release_obsolete_tiers(ssd_files);
                     st = self.state.lock();
                     continue;
                 }
