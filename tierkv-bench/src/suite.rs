@@ -909,6 +909,31 @@ mod tests {
         assert_eq!(recs[0].config, "fake");
     }
 
+    /// A configuration that fails part-way keeps the records of the
+    /// benchmarks it completed (the log printed them); the next runs.
+    #[test]
+    fn a_configuration_that_stops_keeps_what_it_completed() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let mut plan = tiny_plan(
+            &["fake", "fake"],
+            &["fillrandom", "readrandom", "overwrite", "readseq"],
+            dir.path(),
+        );
+        plan.num = Some(1000);
+        plan.json = Some(dir.path().join("r.json"));
+        // fillrandom writes 1000: overwrite fails on its 501st write.
+        plan.setup.fake_fail_after_writes = Some(1500);
+        let recs = execute(&plan).unwrap_or_else(|e| panic!("{e}"));
+        let names: Vec<&str> = recs.iter().map(|r| r.benchmark.as_str()).collect();
+        assert_eq!(
+            names,
+            ["fillrandom", "readrandom", "fillrandom", "readrandom"]
+        );
+        let text =
+            std::fs::read_to_string(dir.path().join("r.json")).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(text.matches("\"benchmark\": \"readrandom\"").count(), 2);
+    }
+
     #[test]
     fn space_check_refuses_what_cannot_fit() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));

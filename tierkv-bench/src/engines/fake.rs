@@ -1,7 +1,8 @@
 //! An in-memory engine (an ordered map behind a lock) for tests and dry runs
 //! of the harness. It can inject one write stall: after N writes, the next
 //! write holds the map's write lock for a fixed time, so every thread waits
-//! — what a RocksDB write stop looks like from outside.
+//! — what a RocksDB write stop looks like from outside. It can also fail
+//! every write after N, as an engine stopped by a background error does.
 //!
 //! [`NullEngine`] does nothing at all: a run on it measures what the
 //! client (generator, queue, workers, histograms) costs per request.
@@ -26,6 +27,8 @@ pub struct FakeEngine {
     /// `(after_writes, stall_ms)`.
     stall: Option<(u64, u64)>,
     stalls: Mutex<Vec<(f64, f64)>>,
+    /// Writes fail after this many.
+    fail_after: Option<u64>,
 }
 
 impl FakeEngine {
@@ -38,7 +41,14 @@ impl FakeEngine {
             written_bytes: AtomicU64::new(0),
             stall,
             stalls: Mutex::new(Vec::new()),
+            fail_after: None,
         }
+    }
+
+    /// The same engine, failing every write after `n` (`None`: never).
+    pub fn failing_after(mut self, n: Option<u64>) -> FakeEngine {
+        self.fail_after = n;
+        self
     }
 
     fn poisoned() -> Error {
@@ -47,6 +57,11 @@ impl FakeEngine {
 
     fn write(&self, key: &[u8], value: Option<&[u8]>) -> Result<()> {
         let n = self.writes.fetch_add(1, Ordering::Relaxed);
+        if self.fail_after.is_some_and(|f| n >= f) {
+            return Err(Error::Engine(format!(
+                "fake engine: writes fail after {n} (injected)"
+            )));
+        }
         let mut map = self.map.write().map_err(|_| Self::poisoned())?;
         if let Some((after, ms)) = self.stall {
             if n == after {

@@ -357,6 +357,9 @@ pub struct EngineSetup {
     /// Inject one stall of this many milliseconds after this many writes
     /// (fake engine only; tests of the open-loop scheduler).
     pub fake_stall: Option<(u64, u64)>,
+    /// Fail every write after this many (fake engine only; tests of a
+    /// configuration that stops part-way).
+    pub fake_fail_after_writes: Option<u64>,
     /// `tierkv:vlsm`: SST size; default = `sst_size_bytes` / 8
     /// (8 MB at `medium`, the paper's best size).
     pub vlsm_sst_size_bytes: Option<u64>,
@@ -405,6 +408,7 @@ impl EngineSetup {
             write_pacing: true,
             compression: ::tierkv::Compression::None,
             fake_stall: None,
+            fake_fail_after_writes: None,
             vlsm_sst_size_bytes: None,
             vlsm_memtable_size_bytes: None,
             vlsm_phi: 32,
@@ -422,7 +426,9 @@ impl EngineSetup {
 /// rejects the options.
 pub fn open(config: &Config, setup: &EngineSetup) -> Result<Box<dyn Engine>> {
     match &config.kind {
-        EngineKind::Fake => Ok(Box::new(fake::FakeEngine::new(setup.fake_stall))),
+        EngineKind::Fake => Ok(Box::new(
+            fake::FakeEngine::new(setup.fake_stall).failing_after(setup.fake_fail_after_writes),
+        )),
         EngineKind::Null => Ok(Box::new(fake::NullEngine::new())),
         EngineKind::RocksdbSsd | EngineKind::RocksdbL0Pm | EngineKind::RocksdbPm => {
             open_rocksdb(config, setup)
