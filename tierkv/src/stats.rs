@@ -100,6 +100,33 @@ pub struct CompactionRecord {
     pub output_bytes: u64,
 }
 
+/// How long the tables that left one level had lived there, counted in
+/// compactions (TLSM's Table 2, the basis of its PM threshold level): the
+/// jobs that removed tables (merges, moves, evictions, the tables' own
+/// included) between the version edit that added a table at the level and
+/// the one that removed it. Only tables added since the database opened
+/// are counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TableLifetime {
+    /// Level.
+    pub level: usize,
+    /// Tables that left the level.
+    pub tables: u64,
+    /// Their lifetimes, summed.
+    pub compactions: u64,
+}
+
+impl TableLifetime {
+    /// Mean lifetime in compactions.
+    pub fn mean(&self) -> f64 {
+        if self.tables == 0 {
+            0.0
+        } else {
+            self.compactions as f64 / self.tables as f64
+        }
+    }
+}
+
 /// Files and bytes of one level in one tier.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LevelShape {
@@ -206,6 +233,9 @@ pub struct Stats {
     pub design: Vec<(String, String)>,
     /// The level targets of the design (one region's), if it reports them.
     pub level_targets: Option<LevelTargets>,
+    /// How long tables lived per level (levels no table has left yet are
+    /// absent).
+    pub table_lifetimes: Vec<TableLifetime>,
 }
 
 impl Stats {
@@ -278,6 +308,14 @@ impl Stats {
                     .map_or(String::new(), |n| format!("; L0 compacts at {n} tables")),
                 per.join("  ")
             );
+        }
+        if !self.table_lifetimes.is_empty() {
+            let per: Vec<String> = self
+                .table_lifetimes
+                .iter()
+                .map(|t| format!("L{} {:.1} ({} tables)", t.level, t.mean(), t.tables))
+                .collect();
+            let _ = writeln!(s, "table lifetimes (compactions): {}", per.join("  "));
         }
         if self.regions.len() > 1 {
             // One line per region: tables per level (L0 first).
@@ -429,6 +467,18 @@ struct Log {
     stalls: Vec<StallInterval>,
     flushes: Vec<FlushRecord>,
     compactions: Vec<CompactionRecord>,
+    lifetimes: Lifetimes,
+}
+
+/// The book behind [`TableLifetime`].
+#[derive(Default)]
+struct Lifetimes {
+    /// Version edits that removed tables so far.
+    jobs: u64,
+    /// Live tables added since open: id → (level, `jobs` when added).
+    born: std::collections::HashMap<u64, (usize, u64)>,
+    /// Per level.
+    levels: Vec<TableLifetime>,
 }
 
 impl Default for StatsRecorder {
@@ -527,6 +577,38 @@ impl StatsRecorder {
         log.compactions.push(rec);
     }
 
+    /// Records the tables one applied version edit removed and added, as
+    /// `(level, table id)` (the version set, once the edit is durable).
+    pub fn record_table_changes(
+        &self,
+        removed: &[(u32, u64)],
+        added: impl Iterator<Item = (u32, u64)>,
+    ) {
+        let mut log = self.log.lock();
+        let b = &mut log.lifetimes;
+        if !removed.is_empty() {
+            b.jobs += 1;
+        }
+        for &(level, id) in removed {
+            let level = level as usize;
+            match b.born.remove(&id) {
+                Some((l, at)) if l == level => {
+                    if b.levels.len() <= level {
+                        b.levels.resize_with(level + 1, TableLifetime::default);
+                    }
+                    let t = &mut b.levels[level];
+                    t.level = level;
+                    t.tables += 1;
+                    t.compactions += b.jobs - at;
+                }
+                _ => {}
+            }
+        }
+        for (level, id) in added {
+            b.born.insert(id, (level as usize, b.jobs));
+        }
+    }
+
     /// A snapshot, with the level shape of each region; `levels` gets
     /// their per-level, per-tier totals.
     pub fn snapshot_regions(&self, regions: Vec<Vec<LevelShape>>) -> Stats {
@@ -571,6 +653,59 @@ impl StatsRecorder {
             paced_time: Duration::from_nanos(self.paused.1.load(Ordering::Relaxed)),
             design: Vec::new(),
             level_targets: None,
+            table_lifetimes: log
+                .lifetimes
+                .levels
+                .iter()
+                .filter(|t| t.tables > 0)
+                .copied()
+                .collect(),
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// Lifetimes count the jobs that removed tables between a table's
+    /// arrival at a level and its removal from it, its own removal
+    /// included; a move starts a new life at the level below; tables from
+    /// before the open are not counted.
+    #[test]
+    fn table_lifetimes_count_jobs_between_add_and_remove() {
+        let r = StatsRecorder::new();
+        r.record_table_changes(&[], [(0, 1)].into_iter()); // flush
+        r.record_table_changes(&[], [(0, 2)].into_iter()); // flush
+                                                           // Job 1: L0 -> L1.
+        r.record_table_changes(&[(0, 1), (0, 2)], [(1, 3)].into_iter());
+        r.record_table_changes(&[], [(0, 4)].into_iter());
+        // Job 2: a table from before the open.
+        r.record_table_changes(&[(1, 99)], [(2, 5)].into_iter());
+        // Job 3: a move of table 3 to L2.
+        r.record_table_changes(&[(1, 3)], [(2, 3)].into_iter());
+        // Job 4: L0 -> L1 of table 4.
+        r.record_table_changes(&[(0, 4)], [(1, 6)].into_iter());
+        let s = r.snapshot(Vec::new());
+        assert_eq!(
+            s.table_lifetimes,
+            vec![
+                TableLifetime {
+                    level: 0,
+                    tables: 3,
+                    compactions: 1 + 1 + 3,
+                },
+                TableLifetime {
+                    level: 1,
+                    tables: 1,
+                    compactions: 2,
+                },
+            ]
+        );
+        assert!((s.table_lifetimes[0].mean() - 5.0 / 3.0).abs() < 1e-9);
+        assert!(s
+            .to_table()
+            .contains("table lifetimes (compactions): L0 1.7 (3 tables)  L1 2.0 (1 tables)"));
     }
 }

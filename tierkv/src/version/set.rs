@@ -476,6 +476,12 @@ impl VersionSet {
         m.last_seqno = last_seqno;
         // Durable: only now may the removed tables' storage go.
         removed.into_iter().for_each(Removed::commit);
+        for e in &edits {
+            self.stats.record_table_changes(
+                &e.deleted_tables,
+                e.new_tables.iter().map(|(l, t)| (*l, t.id)),
+            );
+        }
         let written = m.writer.bytes_written() - before;
         self.stats.add_written(|w| w.manifest += written);
         {
