@@ -43,9 +43,9 @@ impl Inner {
     /// [`Inner::release_obsolete`]; without `ssd_files` only the PM pages,
     /// the SST files left for the next call with them. The flush thread
     /// releases PM only: a flush may be waiting for those pages, and
-    /// unlinking a compaction's inputs (20-45 ms per 64 MiB file on the
-    /// development machine's ext4, `strace -T`) held the next flush up for
-    /// half a second while the memtables were full.
+    /// unlinking a compaction's inputs (20-75 ms per 64 MiB file on the
+    /// development machine's ext4, `strace -T` and `perf trace`) held the
+    /// next flush up for half a second while the memtables were full.
     pub(super) fn release_obsolete_tiers(&self, ssd_files: bool) {
         let (pm_tables, ssd_tables): (Vec<_>, Vec<_>) = {
             let mut ob = self.versions.ctx().obsolete.lock();
