@@ -310,7 +310,7 @@ pub fn sorted_by_key(mut tables: Vec<Arc<TableHandle>>) -> Vec<Arc<TableHandle>>
 }
 
 /// The merged stream of every input of `task`, from its first key.
-fn merged_inputs(task: &Task) -> MergingIterator {
+pub(crate) fn merged_inputs(task: &Task) -> MergingIterator {
     let mut children: Vec<Box<dyn InternalIterator>> = Vec::new();
     for (level, tables) in &task.inputs {
         if tables.is_empty() {
@@ -377,7 +377,7 @@ pub fn subcompaction_cuts(task: &Task, k: usize, target_size_bytes: u64) -> Vec<
 /// Runs `task`'s merge as subcompactions cut at `cuts`, each part on a
 /// thread of its own with its own cutter and output tables
 /// ([`crate::compaction::run_parts`]); the outputs in key order.
-fn merge_parts(
+pub(crate) fn merge_parts(
     env: &JobEnv,
     task: &Task,
     spec: &OutputSpec,

@@ -97,16 +97,14 @@ use std::sync::Arc;
 
 use crate::compaction::vsst::{VsstCutter, VsstParams};
 use crate::compaction::{
-    merge_to_ssts, merge_to_ssts_with, ranges_between, run_parts, Cutter, JobEnv, KeyRange,
-    OutputSpec, MAX_GRANDPARENT_OVERLAP_FACTOR,
+    merge_to_ssts, merge_to_ssts_with, Cutter, JobEnv, OutputSpec, MAX_GRANDPARENT_OVERLAP_FACTOR,
 };
 use crate::error::Result;
-use crate::iter::{InternalIterator, MergingIterator};
 use crate::memtable::MemTable;
 use crate::options::{Options, Preset};
 use crate::stats::StallCause;
 use crate::version::edit::VersionEdit;
-use crate::version::{LevelIterator, TableHandle, Version};
+use crate::version::{TableHandle, Version};
 
 use super::leveled::{self, overlaps_any, run_merge, sorted_by_key, user_range};
 use super::{Design, Headroom, JobOutput, LevelTargets, PickContext, Task, TaskKind, WriteControl};
@@ -640,14 +638,6 @@ impl Vlsm {
             for (g1, g2) in groups(l1, l2) {
                 let (lo, hi) = user_range(g1.iter().chain(g2.iter()));
                 let grandparents = env.version.overlapping(3, Some(&lo), Some(&hi));
-                let merged = || {
-                    let mut children: Vec<Box<dyn InternalIterator>> =
-                        vec![Box::new(LevelIterator::new(g1.clone(), false))];
-                    if !g2.is_empty() {
-                        children.push(Box::new(LevelIterator::new(g2.clone(), false)));
-                    }
-                    MergingIterator::new(children)
-                };
                 let spec = OutputSpec {
                     level: 2,
                     target_size_bytes: self.sst_size_bytes,
@@ -661,31 +651,19 @@ impl Vlsm {
                 // both cores busy (with one thread per merge, compactions
                 // kept 0.74 threads busy on average at `vlsm-paper`'s
                 // steady state, the L1 → L2 merges 0.52).
-                let as_task =
-                    Task::new(TaskKind::LEVELED, vec![(1, g1.clone()), (2, g2.clone())], 2);
+                let group = Task::new(TaskKind::LEVELED, vec![(1, g1), (2, g2)], 2);
                 let cuts = leveled::subcompaction_cuts(
-                    &as_task,
+                    &group,
                     env.opts.subcompactions(),
                     self.sst_size_bytes,
                 );
                 let outputs = if cuts.is_empty() {
-                    merge_to_ssts(env, &mut merged(), &spec)?
+                    merge_to_ssts(env, &mut leveled::merged_inputs(&group), &spec)?
                 } else {
                     self.counters
                         .l1_l2_split_groups
                         .fetch_add(1, Ordering::Relaxed);
-                    let (spec, merged) = (&spec, &merged);
-                    run_parts(
-                        env,
-                        ranges_between(cuts)
-                            .into_iter()
-                            .map(|(lo, hi)| {
-                                move || {
-                                    merge_to_ssts(env, &mut KeyRange::new(merged(), lo, hi), spec)
-                                }
-                            })
-                            .collect(),
-                    )?
+                    leveled::merge_parts(env, &group, &spec, cuts)?
                 };
                 for m in outputs {
                     written.push(m.id);
