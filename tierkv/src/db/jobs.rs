@@ -329,7 +329,11 @@ impl Inner {
         self.design.prepare_flush(mem)?;
         let env = self.job_env(self.versions.current_in(region));
         let JobOutput { mut edit, written } = self.design.flush(&env, mem)?;
-        self.state.lock().flush_built = Some(region);
+        {
+            let mut st = self.state.lock();
+            st.flush_built = Some(region);
+            self.design.flush_built();
+        }
         // The region's records below its next memtable's log are now in
         // tables; logs below the bound hold no unflushed record of any
         // region. (Flushes run one at a time, and memtables created later

@@ -408,6 +408,17 @@ pub trait Design: Send + Sync {
         Ok(())
     }
 
+    /// Called by the engine, under the lock its writers take to ask
+    /// [`Design::write_control`], as it stops counting the memtable just
+    /// flushed among the waiting ones (its output is built and holds its
+    /// room): a design that subtracts from the waiting memtables' need
+    /// what [`Design::prepare_flush`] set aside stops subtracting it here,
+    /// in the same step. Done inside the flush instead, a writer between
+    /// the two saw the row counted twice (its pages gone from free PM and
+    /// the memtable still waiting) and stopped until the next
+    /// notification. The default does nothing.
+    fn flush_built(&self) {}
+
     /// Runs a task; returns the edit to apply and what the task wrote.
     fn run(&self, env: &JobEnv, task: &Task) -> Result<JobOutput>;
 
