@@ -657,9 +657,10 @@ pub struct Container {
     recent: Mutex<Vec<Recent>>,
     reserved: Mutex<Reservation>,
     /// PM bytes the flush under way set aside for its row
-    /// ([`Container::prepare_flush`]) until it ends: its memtable is still
-    /// counted among the immutable ones, whose rows the write controller
-    /// keeps room for, but that room is already taken from free PM.
+    /// ([`Container::prepare_flush`]) until the engine stops counting its
+    /// memtable as waiting ([`Container::flush_built`]): until then the
+    /// write controller keeps room for that memtable's row, but the room
+    /// is already taken from free PM.
     flush_held: AtomicU64,
     /// Allocations waiting for PM ([`Container::alloc_wait`]): while any
     /// waits, L0 is under pressure whatever the free total says (the free
@@ -773,9 +774,17 @@ impl Container {
     /// flushed, less what the flush under way has already set aside, plus
     /// a few WAL extents (see [`Config::new`]).
     fn need_bytes(&self, immutable_count: usize) -> u64 {
-        (immutable_count as u64 * self.cfg.row_estimate_bytes)
-            .saturating_sub(self.flush_held.load(Ordering::Acquire))
+        (immutable_count as u64 * self.cfg.row_estimate_bytes).saturating_sub(self.held_bytes())
             + self.cfg.wal_reserve_bytes
+    }
+
+    /// What the flush under way holds, as far as it covers its memtable's
+    /// row (a row larger than estimated takes the rest from free PM, not
+    /// from the next memtable's room).
+    fn held_bytes(&self) -> u64 {
+        self.flush_held
+            .load(Ordering::Acquire)
+            .min(self.cfg.row_estimate_bytes)
     }
 
     /// The write controller: writes stop (a recorded `PmFull` stall) only
@@ -810,14 +819,13 @@ impl Container {
         }
     }
 
-    /// Changes whenever free PM moves by a 64th of a memtable, and when a
-    /// flush sets its row aside or ends: the
-    /// write-control verdict follows free PM, which each write's WAL record
-    /// consumes.
+    /// Changes whenever free PM plus what the next flush holds moves by a
+    /// 64th of a memtable: the write-control verdict follows the two
+    /// together (each write's WAL record consumes free PM; a flush taking
+    /// its row moves pages from one to the other).
     pub fn write_control_epoch(&self) -> u64 {
-        let step = (self.cfg.row_estimate_bytes / 64).max(PAGE) / PAGE;
-        let held = self.flush_held.load(Ordering::Acquire) > 0;
-        (self.pm.allocator().free_pages() / step) << 1 | u64::from(held)
+        let step = (self.cfg.row_estimate_bytes / 64).max(PAGE);
+        (self.free_bytes() + self.held_bytes()) / step
     }
 
     /// The L1+ picker on a copy of `v` without its rows.
@@ -842,6 +850,7 @@ impl Container {
     /// version references any more).
     pub fn prepare_flush(&self, mem: &Arc<MemTable>) -> Result<()> {
         self.release_reservation();
+        self.flush_held.store(0, Ordering::Release);
         let mut it = mem.iter();
         it.seek_to_first();
         let (mut n, mut keys, mut values, mut value_pages_max) = (0u64, 0u64, 0u64, 0u64);
@@ -867,7 +876,7 @@ impl Container {
                 let want = (need - covered + value_pages_max)
                     .min(self.cfg.extent_pages)
                     .max(value_pages_max);
-                let run = self.alloc_wait(want, value_pages_max)?;
+                let run = self.take_for_flush(want, value_pages_max)?;
                 covered += run.count + 1 - value_pages_max;
                 r.data.push(run);
             }
@@ -878,24 +887,41 @@ impl Container {
                 + rowtable::ELEMENT_BYTES as u64 * n
                 + keys)
                 .div_ceil(PAGE);
-            r.meta.push(self.alloc_wait(meta_pages, meta_pages)?);
+            r.meta.push(self.take_for_flush(meta_pages, meta_pages)?);
             Ok(())
         })();
         if let Err(e) = result {
             for run in r.meta.iter().chain(&r.data) {
                 let _ = self.pm.free_pages(*run);
             }
+            self.flush_held.store(0, Ordering::Release);
             return Err(e);
         }
-        let held: u64 = r
-            .meta
-            .iter()
-            .chain(&r.data)
-            .map(|run| run.count * PAGE)
-            .sum();
         *self.reserved.lock() = r;
-        self.flush_held.store(held, Ordering::Release);
         Ok(())
+    }
+
+    /// Takes a run for the next flush's row, counted as held from before
+    /// it is taken: the write control subtracts what is held from the
+    /// waiting memtable's need, so free PM less that need does not move
+    /// while the row is taken. Counted only once all its runs were taken
+    /// (until 2026-11-29), the row was counted twice meanwhile (its pages
+    /// gone from free PM and the whole row still needed): writers stopped
+    /// on PM full 1–5 times per `triangle` fill at `medium`, 9–53 ms each,
+    /// with the room there. Counted after each run, a writer could still
+    /// meet the instant between the allocation and the count. A wait for
+    /// compaction to free a run counts it meanwhile: at most one run's
+    /// worth of PM too much, never the WAL's reserve.
+    fn take_for_flush(&self, want: u64, min: u64) -> Result<PageRun> {
+        self.flush_held.fetch_add(want * PAGE, Ordering::AcqRel);
+        let r = self.alloc_wait(want, min);
+        let took = r.as_ref().map_or(0, |run| run.count);
+        let _ = self
+            .flush_held
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| {
+                Some(h.saturating_sub(want * PAGE) + took * PAGE)
+            });
+        r
     }
 
     /// Gives back what the last flush did not use.
@@ -913,10 +939,16 @@ impl Container {
     pub fn flush(&self, env: &JobEnv, mem: &Arc<MemTable>) -> Result<JobOutput> {
         let r = self.flush_inner(env, mem);
         self.release_reservation();
-        // The engine stops counting the memtable among the waiting ones
-        // now (`Design::write_control`).
-        self.flush_held.store(0, Ordering::Release);
+        // What the row holds stays counted until the engine stops counting
+        // its memtable as waiting (`Container::flush_built`).
         r
+    }
+
+    /// The engine no longer counts the flushed memtable as waiting: its
+    /// row's pages are no longer subtracted from the need either
+    /// ([`Design::flush_built`]).
+    pub fn flush_built(&self) {
+        self.flush_held.store(0, Ordering::Release);
     }
 
     fn flush_inner(&self, env: &JobEnv, mem: &Arc<MemTable>) -> Result<JobOutput> {
@@ -1786,6 +1818,10 @@ impl<D: Drain> Design for ContainerDesign<D> {
         self.c.prepare_flush(mem)
     }
 
+    fn flush_built(&self) {
+        self.c.flush_built();
+    }
+
     fn run(&self, env: &JobEnv, task: &Task) -> Result<JobOutput> {
         if task.kind == D::SIDE {
             self.c.run_side(env, task)
@@ -1940,6 +1976,81 @@ mod tests {
         let run = waiter.join().unwrap().unwrap();
         assert_eq!(run.count, 4);
         assert!(!c.pressure());
+    }
+
+    /// A flush sets its row aside run by run, waiting when PM has no run
+    /// long enough: each run counts as held from before it is taken, so
+    /// the headroom the write control sees for the waiting memtable never
+    /// falls while the row is taken (counted only at the end, the taken
+    /// runs were missing from free PM and still needed: a stop on PM full
+    /// with the room there), and the row stays counted as held until the
+    /// engine stops counting its memtable as waiting.
+    #[test]
+    fn a_flush_taking_its_row_never_counts_it_twice() {
+        use crate::storage::sim::SimRegion;
+        let sim = Arc::new(SimRegion::new(16 << 20));
+        let region = Arc::clone(&sim) as Arc<dyn PmRegion>;
+        let tier = Arc::new(PmTier::open(region, false).unwrap());
+        let opts = Options {
+            design: Preset::Triangle,
+            memtable_size_bytes: 1 << 20,
+            pm_size_bytes: 16 << 20,
+            ..Options::default()
+        };
+        let c = Arc::new(Container::new(&opts, Arc::clone(&tier)).unwrap());
+        // Free PM in single pages: the data runs are taken at once, the
+        // metadata (several pages in a row) waits.
+        let alloc = tier.allocator();
+        let mut pages = Vec::new();
+        while let Some(r) = alloc.alloc(1).unwrap() {
+            pages.push(r);
+        }
+        let mut kept = Vec::new();
+        for (i, r) in pages.into_iter().enumerate() {
+            if i % 2 == 0 {
+                alloc.free(r).unwrap();
+            } else {
+                kept.push(r);
+            }
+        }
+        let keys: Vec<String> = (0..400).map(|i| format!("key{i:06}")).collect();
+        let value = "v".repeat(100);
+        let entries: Vec<_> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (k.as_str(), i as u64 + 1, Kind::Put, value.as_str()))
+            .collect();
+        let m = mem(&entries);
+        let before = c.headroom(1).free_bytes;
+        assert!(before > 0, "the test needs room for the waiting row");
+        let flush = {
+            let c = Arc::clone(&c);
+            std::thread::spawn(move || c.prepare_flush(&m))
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !c.pressure() {
+            assert!(Instant::now() < deadline, "the flush did not wait");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // Never counted twice; the run waited for is counted ahead.
+        let during = c.headroom(1).free_bytes;
+        assert!(during >= before, "{during} < {before}");
+        assert!(during - before <= c.cfg.extent_pages * PAGE / 2);
+        assert_eq!(c.write_control(1), WriteControl::Proceed);
+        assert!(
+            c.flush_held.load(Ordering::Acquire) > 0,
+            "no data run taken"
+        );
+        // Compaction frees a run at PM's far end (the data took the
+        // lowest free pages): the wait ends.
+        for r in kept.drain(kept.len() - 8..) {
+            alloc.free(r).unwrap();
+        }
+        flush.join().unwrap().unwrap();
+        assert_eq!(c.headroom(1).free_bytes, before + 8 * PAGE / 2);
+        // The engine stops counting the memtable: so does the container.
+        c.flush_built();
+        assert_eq!(c.flush_held.load(Ordering::Acquire), 0);
     }
 
     #[test]

@@ -255,8 +255,9 @@ pub struct Tlsm {
     refs: Arc<RefIndex>,
     reserved: Mutex<Vec<PageRun>>,
     /// Bytes `prepare_flush` took for the flush of the oldest waiting
-    /// memtable (its reservation, less what went back unused), until that
-    /// flush has built its list.
+    /// memtable (its reservation, less what went back unused), until the
+    /// engine stops counting that memtable as waiting
+    /// (`Design::flush_built`).
     flush_held: AtomicU64,
     tags: Mutex<HashSet<u32>>,
     pending: Mutex<Vec<run::Pending>>,
@@ -592,10 +593,9 @@ impl Design for Tlsm {
             &mut mem.iter(),
         );
         self.release_reservation();
-        // The pages are the list's now: once this returns the engine no
-        // longer counts the memtable as waiting (`Design::write_control`),
-        // so they must not be subtracted from its need either.
-        self.flush_held.store(0, Ordering::Release);
+        // The pages are the list's now; they stay subtracted from the
+        // memtable's need until the engine stops counting it as waiting
+        // (`Design::flush_built`), in the same step.
         let mut built = r?;
         for d in &built.refs.data {
             if !self.layout().inline() {
@@ -647,11 +647,20 @@ impl Design for Tlsm {
             // Buffer pages: one run if PM has one, else smaller runs (each
             // a buffer of its own), each counted as losing the room of the
             // largest entry at its end.
+            // Counted as held from before a run is taken, so that free PM
+            // less the memtable's need does not move while it is taken (the
+            // container's `take_for_flush`).
             let take = |want: u64, min: u64, taken: &mut Vec<PageRun>| -> Result<PageRun> {
-                let run = pages.alloc(want, min)?;
+                self.flush_held.fetch_add(want * PAGE, Ordering::AcqRel);
+                let r = pages.alloc(want, min);
+                let took = r.as_ref().map_or(0, |run| run.count);
+                let _ = self
+                    .flush_held
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| {
+                        Some(h.saturating_sub(want * PAGE) + took * PAGE)
+                    });
+                let run = r?;
                 taken.push(run);
-                self.flush_held
-                    .fetch_add(run.count * PAGE, Ordering::AcqRel);
                 Ok(run)
             };
             let hdr = format::BUFFER_HEADER_BYTES as u64;
@@ -763,9 +772,19 @@ impl Design for Tlsm {
         })
     }
 
+    fn flush_built(&self) {
+        self.flush_held.store(0, Ordering::Release);
+    }
+
     fn write_control_epoch(&self) -> u64 {
-        let step = (self.cfg.flush_estimate_bytes / 64).max(PAGE) / PAGE;
-        self.pm.allocator().free_pages() / step
+        // The verdict follows free PM plus what the flush holds (a flush
+        // taking its pages moves them from one to the other).
+        let step = (self.cfg.flush_estimate_bytes / 64).max(PAGE);
+        let held = self
+            .flush_held
+            .load(Ordering::Acquire)
+            .min(self.cfg.flush_estimate_bytes);
+        (self.pm.allocator().free_pages() * PAGE + held) / step
     }
 
     fn install(&self, ctx: &Arc<TableContext>) {
