@@ -1,83 +1,111 @@
-//! `Options::background_nice`: the engine's background threads run at the
-//! niceness asked for, and the foreground threads keep theirs. Alone in its
-//! test binary, so that the only `tierkv-bg-*` threads are this database's.
+//! `Options::background_nice` and `Options::background_sched_idle`: the
+//! engine's background threads run at the niceness and under the policy
+//! asked for, and the foreground threads keep theirs. Alone in its test
+//! binary, one test, so that the only `tierkv-bg-*` threads are those of
+//! the one database open.
 
 #![cfg(target_os = "linux")]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tierkv::storage::mem::MemFs;
 use tierkv::{Db, Options};
 
-/// (thread name, niceness) of every thread of this process.
-fn threads() -> Vec<(String, i64)> {
+/// A thread's niceness and scheduling policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Priority {
+    nice: i64,
+    policy: i64,
+}
+
+/// Reads a `/proc/.../stat`: the thread's name and priority.
+fn parse_stat(stat: &str) -> (String, Priority) {
+    // pid (comm) state ...: the fields after the ')' start at 3; nice is
+    // 19, policy 41.
+    let close = stat.rfind(')').expect("comm");
+    let name = stat[stat.find('(').expect("comm") + 1..close].to_string();
+    let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+    let field = |n: usize| -> i64 { fields[n - 3].parse().expect("a number") };
+    (
+        name,
+        Priority {
+            nice: field(19),
+            policy: field(41),
+        },
+    )
+}
+
+/// (thread name, priority) of every thread of this process.
+fn threads() -> Vec<(String, Priority)> {
     let mut out = Vec::new();
     for e in std::fs::read_dir("/proc/self/task").expect("/proc/self/task") {
         let p = e.expect("task").path();
         let Ok(stat) = std::fs::read_to_string(p.join("stat")) else {
             continue; // the thread ended meanwhile
         };
-        // pid (comm) state ... : fields after the ')' start at 3; nice is 19.
-        let (comm, rest) = stat.split_at(stat.rfind(')').expect("comm"));
-        let name = comm[comm.find('(').expect("comm") + 1..].to_string();
-        let nice: i64 = rest[1..]
-            .split_whitespace()
-            .nth(16)
-            .expect("nice field")
-            .parse()
-            .expect("nice");
-        out.push((name, nice));
+        out.push(parse_stat(&stat));
     }
     out
 }
 
-fn open(nice: i32, dir: &Path) -> Db {
-    let o = Options {
-        fs: Arc::new(MemFs::new()),
-        background_nice: nice,
-        ..Options::default()
-    };
-    Db::open(dir, o).expect("open")
+fn me() -> Priority {
+    parse_stat(&std::fs::read_to_string("/proc/thread-self/stat").expect("stat")).1
 }
 
-#[test]
-fn background_threads_run_at_the_niceness_asked_for() {
-    let base = threads()
-        .into_iter()
-        .find(|(n, _)| !n.starts_with("tierkv-bg"))
-        .map(|(_, nice)| nice)
-        .expect("a foreground thread");
-    let db = open(7, &PathBuf::from("/db"));
+/// Opens a database with `tune` applied and checks that every background
+/// thread gets to `want` (a thread sets its own priority as it starts,
+/// which may be just after `open` returns: it is given a few seconds).
+fn check(tune: impl FnOnce(&mut Options), want: Priority) {
+    let mut o = Options {
+        fs: Arc::new(MemFs::new()),
+        ..Options::default()
+    };
+    tune(&mut o);
+    let db = Db::open(&PathBuf::from("/db"), o).expect("open");
     db.put(b"k", b"v").expect("put");
-    // A thread lowers its own priority as it starts, which may be just
-    // after `open` returns: give it a few seconds.
-    let want = (base + 7).min(19);
-    let t0 = std::time::Instant::now();
+    db.flush().expect("flush");
+    let t0 = Instant::now();
     let bg = loop {
         let bg: Vec<_> = threads()
             .into_iter()
             .filter(|(n, _)| n.starts_with("tierkv-bg"))
             .collect();
-        if (!bg.is_empty() && bg.iter().all(|(_, nice)| *nice == want))
-            || t0.elapsed() > std::time::Duration::from_secs(10)
+        if (!bg.is_empty() && bg.iter().all(|(_, p)| *p == want))
+            || t0.elapsed() > Duration::from_secs(10)
         {
             break bg;
         }
-        std::thread::sleep(std::time::Duration::from_millis(10));
+        std::thread::sleep(Duration::from_millis(10));
     };
     assert!(!bg.is_empty(), "no background thread found");
-    for (name, nice) in &bg {
-        assert_eq!(*nice, want, "{name}");
+    for (name, p) in &bg {
+        assert_eq!(*p, want, "{name}");
     }
-    // This (foreground) thread is untouched.
-    let me = std::fs::read_to_string("/proc/thread-self/stat").expect("stat");
-    let nice: i64 = me[me.rfind(')').unwrap() + 1..]
-        .split_whitespace()
-        .nth(16)
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert_eq!(nice, base);
     drop(db);
+    // Closing joined them.
+    assert!(threads().iter().all(|(n, _)| !n.starts_with("tierkv-bg")));
+}
+
+#[test]
+fn background_threads_run_at_the_priority_asked_for() {
+    let base = me();
+    assert_eq!(base.policy, libc::SCHED_OTHER as i64);
+    check(
+        |o| o.background_nice = 7,
+        Priority {
+            nice: (base.nice + 7).min(19),
+            ..base
+        },
+    );
+    check(
+        |o| o.background_sched_idle = true,
+        Priority {
+            policy: libc::SCHED_IDLE as i64,
+            ..base
+        },
+    );
+    // This (foreground) thread is untouched.
+    assert_eq!(me(), base);
 }

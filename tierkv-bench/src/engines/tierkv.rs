@@ -126,6 +126,9 @@ pub enum Knob {
     /// `nice=`: the background threads' added niceness, 0..=19
     /// (`Options::background_nice`, default 0).
     Nice(u64),
+    /// `idle=0|1`: the background threads under `SCHED_IDLE`
+    /// (`Options::background_sched_idle`, default 0).
+    SchedIdle(bool),
     /// `sub=`: parts one merge may be cut into (`Options::max_subcompactions`,
     /// default the background threads; `sub=1`: none).
     Subcompactions(u64),
@@ -282,6 +285,7 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
             "iotune" if n <= 1 => Knob::IoTune(n == 1),
             "mfilter" if n <= 1 => Knob::MemFilter(n == 1),
             "nice" if n <= 19 => Knob::Nice(n),
+            "idle" if n <= 1 => Knob::SchedIdle(n == 1),
             "nice" => {
                 return Err(Error::Usage(format!(
                     "knob `{part}` of `{spec}`: nice is 0..=19"
@@ -297,7 +301,7 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
                     "knob `{part}` of `{spec}`: thr is at least 1, onpm is 1"
                 )))
             }
-            "pace" | "vsst" | "iotune" | "mfilter" | "check" => {
+            "pace" | "idle" | "vsst" | "iotune" | "mfilter" | "check" => {
                 return Err(Error::Usage(format!(
                     "knob `{part}` of `{spec}`: {name} is 0 or 1"
                 )))
@@ -332,7 +336,7 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
             }
             _ => {
                 return Err(Error::Usage(format!(
-                    "unknown knob `{name}` in `{spec}`; knobs: mem, sst, phi, f, l0, batch, l1, regions, hints, limit, k, sub, pace, nice, iotune, mfilter, rt, cap, prefix, quantiles, hash, faithful, cache, pmlv, seg, tbl, relink, entry, copy, paper, vsst, policy, thr, variant, lrucap, check, wal, onpm"
+                    "unknown knob `{name}` in `{spec}`; knobs: mem, sst, phi, f, l0, batch, l1, regions, hints, limit, k, sub, pace, nice, idle, iotune, mfilter, rt, cap, prefix, quantiles, hash, faithful, cache, pmlv, seg, tbl, relink, entry, copy, paper, vsst, policy, thr, variant, lrucap, check, wal, onpm"
                 )))
             }
         });
@@ -363,6 +367,7 @@ pub fn options_for_spec(preset: Preset, spec: &str, setup: &EngineSetup) -> Resu
             | Knob::Subcompactions(_)
             | Knob::Pacing(_)
             | Knob::Nice(_)
+            | Knob::SchedIdle(_)
             | Knob::IoTune(_)
             | Knob::MemFilter(_)
             | Knob::RangeTabs(_)
@@ -402,6 +407,7 @@ pub fn options_for_spec(preset: Preset, spec: &str, setup: &EngineSetup) -> Resu
             Knob::Subcompactions(n) => o.max_subcompactions = n as usize,
             Knob::Pacing(on) => o.write_pacing = on,
             Knob::Nice(n) => o.background_nice = n as i32,
+            Knob::SchedIdle(on) => o.background_sched_idle = on,
             Knob::IoTune(on) => o.background_io_autotune = on,
             Knob::MemFilter(on) => {
                 o.memtable_filter_ratio = if on {

@@ -38,6 +38,9 @@ pub(super) fn start_background(inner: &Arc<Inner>) -> Vec<JoinHandle<()>> {
                 .name(format!("tierkv-bg-{i}"))
                 .spawn(move || {
                     lower_priority(inner.opts.background_nice);
+                    if inner.opts.background_sched_idle {
+                        idle_policy();
+                    }
                     crate::storage::limiter::mark_background();
                     inner.background_loop(role)
                 })
@@ -71,6 +74,25 @@ fn lower_priority(nice: i32) {
         if r != 0 {
             log::warn!(
                 "could not lower the background thread's priority by {nice}: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+}
+
+/// Puts the calling thread under `SCHED_IDLE`
+/// (`Options::background_sched_idle`); threads it starts inherit it. A
+/// failure costs latency, not correctness: logged, and the thread goes on.
+fn idle_policy() {
+    #[cfg(target_os = "linux")]
+    {
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: a plain system call on the calling thread (pid 0) with a
+        // valid parameter block.
+        let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+        if r != 0 {
+            log::warn!(
+                "could not put the background thread under SCHED_IDLE: {}",
                 std::io::Error::last_os_error()
             );
         }
