@@ -96,6 +96,7 @@
 //! 5. The superblock is written only by `format`.
 
 use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::PmRegion;
@@ -108,6 +109,26 @@ pub struct PageRun {
     pub first: u64,
     /// Number of pages.
     pub count: u64,
+}
+
+/// Takes a run with `take` (which asks for `want` pages), counted in
+/// `held` (bytes) from before it is taken and set to what was taken after:
+/// a flush's reservation, which the write control subtracts from the
+/// waiting memtable's need, so never lags behind the pages gone from the
+/// free ones (the PM container's and `tlsm`'s flushes). While `take` waits
+/// for pages, `held` counts the one run ahead.
+pub fn take_counted(
+    held: &AtomicU64,
+    want: u64,
+    take: impl FnOnce() -> Result<PageRun>,
+) -> Result<PageRun> {
+    held.fetch_add(want * PAGE_SIZE_BYTES, Ordering::AcqRel);
+    let r = take();
+    let took = r.as_ref().map_or(0, |run| run.count);
+    let _ = held.fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| {
+        Some(h.saturating_sub(want * PAGE_SIZE_BYTES) + took * PAGE_SIZE_BYTES)
+    });
+    r
 }
 
 /// Size of an allocator page in bytes.

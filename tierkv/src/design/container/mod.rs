@@ -94,7 +94,7 @@ use crate::key::{self, SeqNo};
 use crate::memtable::MemTable;
 use crate::options::{Options, Preset};
 use crate::stats::{StallCause, Tier};
-use crate::storage::alloc::{PageRun, PAGE_SIZE_BYTES};
+use crate::storage::alloc::{take_counted, PageRun, PAGE_SIZE_BYTES};
 use crate::storage::pm::PmTier;
 use crate::storage::PmRegion;
 use crate::version::edit::{TableFormat, TableMeta, VersionEdit};
@@ -913,15 +913,7 @@ impl Container {
     /// compaction to free a run counts it meanwhile: at most one run's
     /// worth of PM too much, never the WAL's reserve.
     fn take_for_flush(&self, want: u64, min: u64) -> Result<PageRun> {
-        self.flush_held.fetch_add(want * PAGE, Ordering::AcqRel);
-        let r = self.alloc_wait(want, min);
-        let took = r.as_ref().map_or(0, |run| run.count);
-        let _ = self
-            .flush_held
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| {
-                Some(h.saturating_sub(want * PAGE) + took * PAGE)
-            });
-        r
+        take_counted(&self.flush_held, want, || self.alloc_wait(want, min))
     }
 
     /// Gives back what the last flush did not use.
@@ -1927,14 +1919,12 @@ mod tests {
         }
     }
 
-    /// Half of PM free in single pages: a flush that needs four in a row
-    /// waits, and its wait is pressure for the picker, which reads the
-    /// free total only otherwise; the wait ends when a run is freed.
-    #[test]
-    fn an_allocation_that_waits_is_pressure_whatever_the_free_total() {
+    /// A triangle container on a 16 MiB region whose every other page is
+    /// allocated: half of PM free, in single pages. Returns the pages kept
+    /// allocated.
+    fn half_free_in_single_pages() -> (Arc<PmTier>, Arc<Container>, Vec<PageRun>) {
         use crate::storage::sim::SimRegion;
-        let sim = Arc::new(SimRegion::new(16 << 20));
-        let region = Arc::clone(&sim) as Arc<dyn PmRegion>;
+        let region = Arc::new(SimRegion::new(16 << 20)) as Arc<dyn PmRegion>;
         let tier = Arc::new(PmTier::open(region, false).unwrap());
         let opts = Options {
             design: Preset::Triangle,
@@ -1956,6 +1946,16 @@ mod tests {
                 kept.push(r);
             }
         }
+        (tier, c, kept)
+    }
+
+    /// Half of PM free in single pages: a flush that needs four in a row
+    /// waits, and its wait is pressure for the picker, which reads the
+    /// free total only otherwise; the wait ends when a run is freed.
+    #[test]
+    fn an_allocation_that_waits_is_pressure_whatever_the_free_total() {
+        let (tier, c, mut kept) = half_free_in_single_pages();
+        let alloc = tier.allocator();
         assert!(!c.pressure(), "half of PM free is no pressure by the total");
         let waiter = {
             let c = Arc::clone(&c);
@@ -1987,32 +1987,10 @@ mod tests {
     /// engine stops counting its memtable as waiting.
     #[test]
     fn a_flush_taking_its_row_never_counts_it_twice() {
-        use crate::storage::sim::SimRegion;
-        let sim = Arc::new(SimRegion::new(16 << 20));
-        let region = Arc::clone(&sim) as Arc<dyn PmRegion>;
-        let tier = Arc::new(PmTier::open(region, false).unwrap());
-        let opts = Options {
-            design: Preset::Triangle,
-            memtable_size_bytes: 1 << 20,
-            pm_size_bytes: 16 << 20,
-            ..Options::default()
-        };
-        let c = Arc::new(Container::new(&opts, Arc::clone(&tier)).unwrap());
         // Free PM in single pages: the data runs are taken at once, the
         // metadata (several pages in a row) waits.
+        let (tier, c, mut kept) = half_free_in_single_pages();
         let alloc = tier.allocator();
-        let mut pages = Vec::new();
-        while let Some(r) = alloc.alloc(1).unwrap() {
-            pages.push(r);
-        }
-        let mut kept = Vec::new();
-        for (i, r) in pages.into_iter().enumerate() {
-            if i % 2 == 0 {
-                alloc.free(r).unwrap();
-            } else {
-                kept.push(r);
-            }
-        }
         let keys: Vec<String> = (0..400).map(|i| format!("key{i:06}")).collect();
         let value = "v".repeat(100);
         let entries: Vec<_> = keys

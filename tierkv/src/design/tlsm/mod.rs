@@ -191,7 +191,7 @@ use crate::iter::InternalIterator;
 use crate::memtable::MemTable;
 use crate::options::{Options, Preset, TlsmPersistOrder, TlsmVariant, WalPlacement};
 use crate::stats::Tier;
-use crate::storage::alloc::{PageRun, PAGE_SIZE_BYTES};
+use crate::storage::alloc::{take_counted, PageRun, PAGE_SIZE_BYTES};
 use crate::storage::pm::PmTier;
 use crate::storage::PmRegion;
 use crate::version::edit::{PmWal, TableFormat, TableMeta, VersionEdit};
@@ -648,18 +648,9 @@ impl Design for Tlsm {
             // a buffer of its own), each counted as losing the room of the
             // largest entry at its end.
             // Counted as held from before a run is taken, so that free PM
-            // less the memtable's need does not move while it is taken (the
-            // container's `take_for_flush`).
+            // less the memtable's need does not move while it is taken.
             let take = |want: u64, min: u64, taken: &mut Vec<PageRun>| -> Result<PageRun> {
-                self.flush_held.fetch_add(want * PAGE, Ordering::AcqRel);
-                let r = pages.alloc(want, min);
-                let took = r.as_ref().map_or(0, |run| run.count);
-                let _ = self
-                    .flush_held
-                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| {
-                        Some(h.saturating_sub(want * PAGE) + took * PAGE)
-                    });
-                let run = r?;
+                let run = take_counted(&self.flush_held, want, || pages.alloc(want, min))?;
                 taken.push(run);
                 Ok(run)
             };
