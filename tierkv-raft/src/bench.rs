@@ -48,6 +48,10 @@ pub struct BenchArgs {
     /// PM base directory for PM designs.
     #[arg(long, default_value = "/dev/shm/tierkv-raft-bench")]
     pm_dir: PathBuf,
+    /// Each node snapshots its state after this many applied entries
+    /// (`serve --snapshot-logs`).
+    #[arg(long, default_value_t = 5000)]
+    snapshot_logs: u64,
     /// Write the results as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -90,6 +94,8 @@ pub async fn run(a: BenchArgs) -> Result<(), String> {
             (256u64 << 20).to_string(),
             "--memtable-size".into(),
             (64usize << 20).to_string(),
+            "--snapshot-logs".into(),
+            a.snapshot_logs.to_string(),
         ];
         let base = a.base_port + 10 * k as u16;
         let mut cluster = Cluster::start(
@@ -168,6 +174,7 @@ pub async fn run(a: BenchArgs) -> Result<(), String> {
             "store": store,
             "clients": a.clients,
             "value_size": a.value_size,
+            "snapshot_logs": a.snapshot_logs,
             "seconds": elapsed,
             "ops_per_sec": ops,
             "commit_ms_p50": percentile(&l, 0.50),
