@@ -58,7 +58,10 @@ pub fn summary_line(name: &str, m: &Measured) -> String {
 ///
 /// ```text
 /// fillrandom   : stall (client): longest write 8.10 ms; writes > 1/10/100 ms: 12/0/0; in writes > 1 ms 0.3% of the run; per second min 31k median 45k ops
+/// fillrandom   : stall (engine's own): paced 1203 writes, 2.41 s; 2 stalls, 0.04 s; longest 31.2 ms pm-full at 5.3 s, 8.1 ms memtable-full at 9.0 s
 /// ```
+///
+/// The second line only where the engine keeps its own stalls (tierkv).
 pub fn stall_line(name: &str, r: &Record) -> Option<String> {
     let s = &r.stall;
     let rs = &r.read_stall;
@@ -90,6 +93,25 @@ pub fn stall_line(name: &str, r: &Record) -> Option<String> {
         fmt_count(s.second_ops_min),
         fmt_count(s.second_ops_median)
     );
+    let es = &r.engine_stall;
+    if es.paced_writes > 0 || !es.longest.is_empty() {
+        let longest: Vec<String> = es
+            .longest
+            .iter()
+            .map(|l| format!("{} {} at {:.1} s", fmt_us(l.seconds * 1e6), l.cause, l.at_s))
+            .collect();
+        let _ = write!(
+            line,
+            "\n{:<12} : stall (engine's own): paced {} writes, {:.2} s; {} stalls, {:.2} s{}{}",
+            name,
+            es.paced_writes,
+            es.paced_seconds,
+            es.count,
+            es.seconds,
+            if longest.is_empty() { "" } else { "; longest " },
+            longest.join(", ")
+        );
+    }
     if let Some(st) = &r.steady {
         let _ = write!(
             line,

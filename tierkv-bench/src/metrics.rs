@@ -10,7 +10,9 @@
 //!   "stall": {"writes":1048576,"write_seconds_max":0.34,"writes_over_1ms":9120,
 //!             "writes_over_10ms":310,"writes_over_100ms":4,"slow_write_time_percent":31.2,
 //!             "second_ops_min":1320.0,"second_ops_median":41000.0},
-//!   "engine_stall": {"seconds":8.2,"percent":30.4,"count":120,"max_seconds":0.9},
+//!   "engine_stall": {"seconds":8.2,"percent":30.4,"count":120,"max_seconds":0.9,
+//!                    "causes":[{"cause":"l0-stop","count":3,"seconds":1.4,"max_seconds":0.9},…],
+//!                    "longest":[{"at_s":12.5,"seconds":0.9,"cause":"l0-stop"},…]},
 //!   "troughs": {"seconds":6,"percent":22.2},
 //!   "bytes": {"user":…,"ssd_written":…,"ssd_read":…,"pm_written":0,"pm_relinked":0,"wal":…},
 //!   "write_amp": {"ssd":2.4,"pm":0.0,"total":2.4}, "io_amp": 3.1,
@@ -42,8 +44,9 @@
 //!    100% whatever the threads); and the slowest and median whole second
 //!    of the timeline (all operations). `engine_stall` is each engine's own
 //!    accounting over the benchmark window — with intervals (tierkv), those
-//!    starting in the window; with counters only (RocksDB), the difference
-//!    of the counters. The two count different things (tierkv counts every
+//!    starting in the window, with their totals per cause and the five
+//!    longest (when, how long, why); with counters only (RocksDB), the
+//!    difference of the counters. The two count different things (tierkv counts every
 //!    wait, RocksDB its delay and stop paths) and are never compared.
 //! 4. amplification: `write_amp.ssd` = ssd_written / user,
 //!    `write_amp.pm` = (pm_written + pm_relinked) / user,
@@ -198,6 +201,49 @@ pub struct EngineStall {
     pub count: u64,
     /// Longest stall.
     pub max_seconds: f64,
+    /// Per cause, where the engine names its stalls (tierkv): most
+    /// seconds first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub causes: Vec<CauseStall>,
+    /// The longest stalls of the window (at most [`LONGEST_STALLS`]),
+    /// longest first, with when and why, where the engine keeps them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub longest: Vec<StallRecord>,
+    /// Writes the engine's pacing controller delayed by a short pause in
+    /// the window (tierkv), apart from the stalls above.
+    #[serde(default)]
+    pub paced_writes: u64,
+    /// Seconds of those pauses.
+    #[serde(default)]
+    pub paced_seconds: f64,
+}
+
+/// How many of the longest stalls `engine_stall.longest` keeps.
+pub const LONGEST_STALLS: usize = 5;
+
+/// The stalls of one cause in a benchmark window.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CauseStall {
+    /// The engine's name for the cause.
+    pub cause: String,
+    /// Number of stalls.
+    pub count: u64,
+    /// Seconds writers were delayed or stopped for it.
+    pub seconds: f64,
+    /// Longest.
+    pub max_seconds: f64,
+}
+
+/// One stall: when (seconds from the start of the benchmark window), how
+/// long and why.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StallRecord {
+    /// Start, seconds into the benchmark.
+    pub at_s: f64,
+    /// Duration.
+    pub seconds: f64,
+    /// The engine's name for the cause.
+    pub cause: String,
 }
 
 /// Bytes of one level against its target (rule 5).
@@ -710,18 +756,46 @@ pub fn chain_bytes(flushes: &[FlushEvent], compactions: &[CompactionEvent]) -> C
 /// The engine's own stall accounting over the window `(t0, t1]` of engine
 /// uptime (rule 3).
 pub fn stall_in_window(before: &EngineStats, after: &EngineStats, seconds: f64) -> EngineStall {
+    let mut causes: Vec<CauseStall> = Vec::new();
+    let mut longest: Vec<StallRecord> = Vec::new();
     let (secs, count, max) = match &after.stall.intervals {
         Some(iv) => {
-            let inside: Vec<f64> = iv
+            let inside: Vec<_> = iv
                 .iter()
-                .filter(|(s, _)| *s >= before.uptime_s && *s <= after.uptime_s)
-                .map(|(_, d)| *d)
+                .filter(|i| i.start_s >= before.uptime_s && i.start_s <= after.uptime_s)
+                .collect();
+            for i in &inside {
+                match causes.iter_mut().find(|c| c.cause == i.cause) {
+                    Some(c) => {
+                        c.count += 1;
+                        c.seconds += i.seconds;
+                        c.max_seconds = c.max_seconds.max(i.seconds);
+                    }
+                    None => causes.push(CauseStall {
+                        cause: i.cause.to_string(),
+                        count: 1,
+                        seconds: i.seconds,
+                        max_seconds: i.seconds,
+                    }),
+                }
+            }
+            causes.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+            let mut by_length = inside.clone();
+            by_length.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+            longest = by_length
+                .iter()
+                .take(LONGEST_STALLS)
+                .map(|i| StallRecord {
+                    at_s: i.start_s - before.uptime_s,
+                    seconds: i.seconds,
+                    cause: i.cause.to_string(),
+                })
                 .collect();
             (
                 // fold from +0.0: an empty f64 sum is -0.0.
-                inside.iter().fold(0.0, |a, b| a + b),
+                inside.iter().fold(0.0, |a, i| a + i.seconds),
                 inside.len() as u64,
-                inside.iter().copied().fold(0.0, f64::max),
+                inside.iter().map(|i| i.seconds).fold(0.0, f64::max),
             )
         }
         None => {
@@ -746,6 +820,13 @@ pub fn stall_in_window(before: &EngineStats, after: &EngineStats, seconds: f64) 
         },
         count,
         max_seconds: max,
+        causes,
+        longest,
+        paced_writes: after
+            .stall
+            .paced_writes
+            .saturating_sub(before.stall.paced_writes),
+        paced_seconds: (after.stall.paced_seconds - before.stall.paced_seconds).max(0.0),
     }
 }
 
@@ -978,7 +1059,7 @@ pub fn cdf_points(h: &Hist) -> Vec<[f64; 2]> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engines::{LevelBytes, StallStats};
+    use crate::engines::{LevelBytes, StallInterval, StallStats};
     use crate::runner::{new_hist, Tally};
 
     #[test]
@@ -1187,23 +1268,53 @@ mod tests {
             seconds: 0.0,
             count: 0,
             max_seconds: 0.0,
-            intervals: Some(vec![(5.0, 3.0), (12.0, 1.0), (15.0, 2.0)]),
+            intervals: Some(
+                [
+                    (5.0, 3.0, "l0-stop"),
+                    (12.0, 1.0, "pm-full"),
+                    (15.0, 2.0, "l0-stop"),
+                ]
+                .iter()
+                .map(|&(start_s, seconds, cause)| StallInterval {
+                    start_s,
+                    seconds,
+                    cause,
+                })
+                .collect(),
+            ),
+            ..StallStats::default()
         };
         let s = stall_in_window(&before, &after, 10.0);
         assert_eq!(s.count, 2);
         assert!((s.seconds - 3.0).abs() < 1e-9 && (s.max_seconds - 2.0).abs() < 1e-9);
         assert!((s.percent - 30.0).abs() < 1e-9);
+        // Causes and the longest stalls, of the window only (the l0-stop at
+        // 5 s is before it), most first; times from the window's start.
+        let names: Vec<_> = s
+            .causes
+            .iter()
+            .map(|c| (c.cause.as_str(), c.count))
+            .collect();
+        assert_eq!(names, [("l0-stop", 1), ("pm-full", 1)]);
+        let when: Vec<_> = s
+            .longest
+            .iter()
+            .map(|r| (r.at_s, r.cause.as_str()))
+            .collect();
+        assert_eq!(when, [(5.0, "l0-stop"), (2.0, "pm-full")]);
         before.stall = StallStats {
             seconds: 1.0,
             count: 4,
             max_seconds: 0.5,
             intervals: None,
+            ..StallStats::default()
         };
         after.stall = StallStats {
             seconds: 3.5,
             count: 10,
             max_seconds: 0.8,
             intervals: None,
+            ..StallStats::default()
         };
         let s = stall_in_window(&before, &after, 10.0);
         assert_eq!(s.count, 6);

@@ -877,6 +877,39 @@ mod tests {
         }
     }
 
+    /// A stall the engine records itself reaches the record with its
+    /// cause and time, the text line and the summary table.
+    #[test]
+    fn engine_stall_causes_reach_the_record_line_and_summary() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let mut plan = tiny_plan(&["fake"], &["fillrandom"], dir.path());
+        plan.num = Some(500);
+        plan.setup.fake_stall = Some((100, 30));
+        let recs = execute(&plan).unwrap_or_else(|e| panic!("{e}"));
+        let es = &recs[0].engine_stall;
+        assert_eq!(es.count, 1);
+        assert_eq!(es.causes.len(), 1);
+        assert_eq!(
+            (es.causes[0].cause.as_str(), es.causes[0].count),
+            ("injected", 1)
+        );
+        assert_eq!(es.longest.len(), 1);
+        let l = &es.longest[0];
+        assert_eq!(l.cause, "injected");
+        assert!(
+            l.seconds >= 0.03 && l.at_s >= 0.0 && l.at_s <= recs[0].seconds,
+            "{l:?}"
+        );
+        let line = stall_line("fillrandom", &recs[0]).unwrap_or_default();
+        assert!(
+            line.contains("stall (engine's own)") && line.contains("injected"),
+            "{line}"
+        );
+        let md = crate::report::summary::markdown(&recs, &dir.path().join("out.json"), &[]);
+        assert!(md.contains("The engine's own stalls by cause"), "{md}");
+        assert!(md.contains("| fake | 0, 0.00 s | injected 1,"), "{md}");
+    }
+
     #[test]
     fn fake_engine_end_to_end() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use super::{Engine, EngineStats, StallStats};
+use super::{Engine, EngineStats, StallInterval, StallStats};
 use crate::error::{Error, Result};
 
 /// The fake engine.
@@ -26,7 +26,7 @@ pub struct FakeEngine {
     written_bytes: AtomicU64,
     /// `(after_writes, stall_ms)`.
     stall: Option<(u64, u64)>,
-    stalls: Mutex<Vec<(f64, f64)>>,
+    stalls: Mutex<Vec<StallInterval>>,
     /// Writes fail after this many.
     fail_after: Option<u64>,
 }
@@ -67,10 +67,11 @@ impl FakeEngine {
             if n == after {
                 let t = Instant::now();
                 std::thread::sleep(Duration::from_millis(ms));
-                let iv = (
-                    t.duration_since(self.opened).as_secs_f64(),
-                    t.elapsed().as_secs_f64(),
-                );
+                let iv = StallInterval {
+                    start_s: t.duration_since(self.opened).as_secs_f64(),
+                    seconds: t.elapsed().as_secs_f64(),
+                    cause: "injected",
+                };
                 self.stalls.lock().map_err(|_| Self::poisoned())?.push(iv);
             }
         }
@@ -133,10 +134,11 @@ impl Engine for FakeEngine {
         Ok(EngineStats {
             uptime_s: self.opened.elapsed().as_secs_f64(),
             stall: StallStats {
-                seconds: intervals.iter().fold(0.0, |a, i| a + i.1),
+                seconds: intervals.iter().fold(0.0, |a, i| a + i.seconds),
                 count: intervals.len() as u64,
-                max_seconds: intervals.iter().map(|i| i.1).fold(0.0, f64::max),
+                max_seconds: intervals.iter().map(|i| i.seconds).fold(0.0, f64::max),
                 intervals: Some(intervals),
+                ..StallStats::default()
             },
             ..EngineStats::default()
         })

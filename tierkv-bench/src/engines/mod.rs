@@ -130,9 +130,27 @@ pub struct StallStats {
     pub count: u64,
     /// Longest stall in seconds.
     pub max_seconds: f64,
-    /// Every interval `(start_s, duration_s)` when the engine keeps them
-    /// (tierkv, fake); `None` when only the counters exist (RocksDB).
-    pub intervals: Option<Vec<(f64, f64)>>,
+    /// Every interval when the engine keeps them (tierkv, fake); `None`
+    /// when only the counters exist (RocksDB).
+    pub intervals: Option<Vec<StallInterval>>,
+    /// Writes a pacing controller delayed by a short pause, and the time
+    /// those pauses took (tierkv's `db/control.rs`; counted apart from the
+    /// intervals, which are its stops and RocksDB-style delays).
+    pub paced_writes: u64,
+    /// Seconds of those pauses.
+    pub paced_seconds: f64,
+}
+
+/// One stall an engine recorded itself.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StallInterval {
+    /// Start, seconds since the engine opened.
+    pub start_s: f64,
+    /// How long writers were delayed or stopped.
+    pub seconds: f64,
+    /// The engine's name for why (tierkv: `memtable-full`, `l0-stop`,
+    /// `pm-full`, ...).
+    pub cause: &'static str,
 }
 
 /// The level shape an engine works to: what its compaction picker scores

@@ -506,6 +506,7 @@ impl Engine for RocksEngine {
                 count,
                 max_seconds: max_us / 1e6,
                 intervals: None,
+                ..StallStats::default()
             },
             flushes,
             compactions,

@@ -20,7 +20,7 @@ use ::tierkv::{Db, NvAppend, NvRelink, Options, Preset, ReadOptions, WalPlacemen
 
 use super::{
     CompactionEvent, Engine, EngineSetup, EngineStats, FlushEvent, LevelBytes, LevelShape,
-    LevelTargets, StallStats,
+    LevelTargets, StallInterval, StallStats,
 };
 use crate::error::{Error, Result};
 
@@ -597,10 +597,14 @@ fn level_shapes(levels: &[::tierkv::stats::LevelShape]) -> Vec<LevelShape> {
 
 /// The bench's view of a tierkv stats snapshot.
 fn engine_stats(s: &::tierkv::stats::Stats) -> EngineStats {
-    let intervals: Vec<(f64, f64)> = s
+    let intervals: Vec<StallInterval> = s
         .stalls
         .iter()
-        .map(|i| (secs(i.start), secs(i.duration)))
+        .map(|i| StallInterval {
+            start_s: secs(i.start),
+            seconds: secs(i.duration),
+            cause: i.cause.name(),
+        })
         .collect();
     EngineStats {
         uptime_s: secs(s.uptime),
@@ -610,10 +614,12 @@ fn engine_stats(s: &::tierkv::stats::Stats) -> EngineStats {
         pm_relinked_bytes: s.written.pm_relinked,
         wal_bytes: s.written.wal_ssd + s.written.wal_pm,
         stall: StallStats {
-            seconds: intervals.iter().fold(0.0, |a, i| a + i.1),
+            seconds: intervals.iter().fold(0.0, |a, i| a + i.seconds),
             count: intervals.len() as u64,
-            max_seconds: intervals.iter().map(|i| i.1).fold(0.0, f64::max),
+            max_seconds: intervals.iter().map(|i| i.seconds).fold(0.0, f64::max),
             intervals: Some(intervals),
+            paced_writes: s.paced_writes,
+            paced_seconds: secs(s.paced_time),
         },
         flushes: s
             .flushes

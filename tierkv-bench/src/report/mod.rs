@@ -24,7 +24,7 @@
 //! SVGs name the font family and leave rendering to the viewer.
 
 mod plots;
-mod summary;
+pub(crate) mod summary;
 
 pub use plots::{fmt_count, fmt_us};
 

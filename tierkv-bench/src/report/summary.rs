@@ -405,6 +405,44 @@ pub fn markdown(records: &[Record], json: &Path, files: &[String]) -> String {
                 );
             }
         }
+        let own =
+            |r: &Record| !r.engine_stall.longest.is_empty() || r.engine_stall.paced_writes > 0;
+        if g.records.iter().any(|r| own(r)) {
+            let _ = writeln!(
+                s,
+                "\nThe engine's own stalls by cause (its accounting, not comparable across engines), and its longest (seconds into the run: length, cause):\n\n| config | paced writes, seconds | by cause: count, seconds, longest | longest stalls |\n|---|---|---|---|"
+            );
+            for r in g.records.iter().filter(|r| own(r)) {
+                let es = &r.engine_stall;
+                let causes: Vec<String> = es
+                    .causes
+                    .iter()
+                    .map(|c| {
+                        format!(
+                            "{} {}, {:.2} s, {}",
+                            c.cause,
+                            c.count,
+                            c.seconds,
+                            fmt_us(c.max_seconds * 1e6)
+                        )
+                    })
+                    .collect();
+                let longest: Vec<String> = es
+                    .longest
+                    .iter()
+                    .map(|l| format!("{:.1} s: {} {}", l.at_s, fmt_us(l.seconds * 1e6), l.cause))
+                    .collect();
+                let _ = writeln!(
+                    s,
+                    "| {} | {}, {:.2} s | {} | {} |",
+                    r.config,
+                    es.paced_writes,
+                    es.paced_seconds,
+                    causes.join("; "),
+                    longest.join("; ")
+                );
+            }
+        }
         if g.records.iter().any(|r| r.latency_us.read.is_some()) {
             let _ = writeln!(
                 s,
