@@ -1,6 +1,7 @@
-//! `Options::background_nice` and `Options::background_sched_idle`: the
-//! engine's background threads run at the niceness and under the policy
-//! asked for, and the foreground threads keep theirs. Alone in its test
+//! `Options::background_nice`, `Options::background_sched_idle` and
+//! `Options::compaction_sched_idle`: the engine's background threads run
+//! at the niceness and under the policy asked for (the flush thread keeps
+//! its own under the last), and the foreground threads keep theirs. Alone in its test
 //! binary, one test, so that the only `tierkv-bg-*` threads are those of
 //! the one database open.
 
@@ -58,6 +59,12 @@ fn me() -> Priority {
 /// thread gets to `want` (a thread sets its own priority as it starts,
 /// which may be just after `open` returns: it is given a few seconds).
 fn check(tune: impl FnOnce(&mut Options), want: Priority) {
+    check_each(tune, |_| want)
+}
+
+/// [`check`] with the priority each background thread should get, by its
+/// name (`tierkv-bg-0` is the flush thread).
+fn check_each(tune: impl FnOnce(&mut Options), want: impl Fn(&str) -> Priority) {
     let mut o = Options {
         fs: Arc::new(MemFs::new()),
         ..Options::default()
@@ -72,7 +79,7 @@ fn check(tune: impl FnOnce(&mut Options), want: Priority) {
             .into_iter()
             .filter(|(n, _)| n.starts_with("tierkv-bg"))
             .collect();
-        if (!bg.is_empty() && bg.iter().all(|(_, p)| *p == want))
+        if (!bg.is_empty() && bg.iter().all(|(n, p)| *p == want(n)))
             || t0.elapsed() > Duration::from_secs(10)
         {
             break bg;
@@ -81,7 +88,7 @@ fn check(tune: impl FnOnce(&mut Options), want: Priority) {
     };
     assert!(!bg.is_empty(), "no background thread found");
     for (name, p) in &bg {
-        assert_eq!(*p, want, "{name}");
+        assert_eq!(*p, want(name), "{name}");
     }
     drop(db);
     // Closing joined them.
@@ -104,6 +111,20 @@ fn background_threads_run_at_the_priority_asked_for() {
         Priority {
             policy: libc::SCHED_IDLE as i64,
             ..base
+        },
+    );
+    // The compaction threads only: the flush thread keeps its priority.
+    check_each(
+        |o| {
+            o.background_threads = 3;
+            o.compaction_sched_idle = true;
+        },
+        |name| match name {
+            "tierkv-bg-0" => base,
+            _ => Priority {
+                policy: libc::SCHED_IDLE as i64,
+                ..base
+            },
         },
     );
     // This (foreground) thread is untouched.

@@ -129,6 +129,9 @@ pub enum Knob {
     /// `idle=0|1`: the background threads under `SCHED_IDLE`
     /// (`Options::background_sched_idle`, default 0).
     SchedIdle(bool),
+    /// `cidle=0|1`: the compaction threads only under `SCHED_IDLE`, the
+    /// flush thread not (`Options::compaction_sched_idle`, default 0).
+    CompactionSchedIdle(bool),
     /// `sub=`: parts one merge may be cut into (`Options::max_subcompactions`,
     /// default the background threads; `sub=1`: none).
     Subcompactions(u64),
@@ -286,6 +289,7 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
             "mfilter" if n <= 1 => Knob::MemFilter(n == 1),
             "nice" if n <= 19 => Knob::Nice(n),
             "idle" if n <= 1 => Knob::SchedIdle(n == 1),
+            "cidle" if n <= 1 => Knob::CompactionSchedIdle(n == 1),
             "nice" => {
                 return Err(Error::Usage(format!(
                     "knob `{part}` of `{spec}`: nice is 0..=19"
@@ -368,6 +372,7 @@ pub fn options_for_spec(preset: Preset, spec: &str, setup: &EngineSetup) -> Resu
             | Knob::Pacing(_)
             | Knob::Nice(_)
             | Knob::SchedIdle(_)
+            | Knob::CompactionSchedIdle(_)
             | Knob::IoTune(_)
             | Knob::MemFilter(_)
             | Knob::RangeTabs(_)
@@ -408,6 +413,7 @@ pub fn options_for_spec(preset: Preset, spec: &str, setup: &EngineSetup) -> Resu
             Knob::Pacing(on) => o.write_pacing = on,
             Knob::Nice(n) => o.background_nice = n as i32,
             Knob::SchedIdle(on) => o.background_sched_idle = on,
+            Knob::CompactionSchedIdle(on) => o.compaction_sched_idle = on,
             Knob::IoTune(on) => o.background_io_autotune = on,
             Knob::MemFilter(on) => {
                 o.memtable_filter_ratio = if on {

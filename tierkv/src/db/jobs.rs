@@ -38,7 +38,9 @@ pub(super) fn start_background(inner: &Arc<Inner>) -> Vec<JoinHandle<()>> {
                 .name(format!("tierkv-bg-{i}"))
                 .spawn(move || {
                     lower_priority(inner.opts.background_nice);
-                    if inner.opts.background_sched_idle {
+                    if inner.opts.background_sched_idle
+                        || (inner.opts.compaction_sched_idle && role == Role::Compaction)
+                    {
                         idle_policy();
                     }
                     crate::storage::limiter::mark_background();
@@ -81,7 +83,8 @@ fn lower_priority(nice: i32) {
 }
 
 /// Puts the calling thread under `SCHED_IDLE`
-/// (`Options::background_sched_idle`); threads it starts inherit it. A
+/// (`Options::background_sched_idle`, `Options::compaction_sched_idle`);
+/// threads it starts inherit it. A
 /// failure costs latency, not correctness: logged, and the thread goes on.
 fn idle_policy() {
     #[cfg(target_os = "linux")]
