@@ -43,10 +43,11 @@
 //!
 //! ```text
 //!   R = C + (H − reserve) / HORIZON           if H ≥ reserve
-//!   R = S · (H − step) / (reserve − step)     if step ≤ H < reserve (the brake)
-//!   R = 0                                     if H < step
-//!   S = min(C, BRAKE_SHARE · (reserve − step) / SAMPLE_EVERY)
+//!   R = S · (H − zero) / (reserve − zero)     if zero ≤ H < reserve (the brake)
+//!   R = 0                                     if H < zero
+//!   S = min(C, BRAKE_SHARE · (reserve − zero) / SAMPLE_EVERY)
 //!   reserve = step + RESERVE · capacity,  R never below MIN_RATE
+//!   zero = step + min(MIN_RATE · FLOOR_SECONDS, (reserve − step) / 2)
 //! ```
 //!
 //! and paces writes at the smallest `R` through a token bucket. Far from a
@@ -57,7 +58,16 @@
 //! stop, so that a drain that pauses (background work frees room in bursts:
 //! a whole memtable at a flush's end, a whole key range at a side's, L0
 //! files at an L0 → L1 merge's) slows writers to a trickle instead of
-//! letting them run into the stop at nearly the estimated rate. (The first
+//! letting them run into the stop at nearly the estimated rate. The
+//! brake's zero sits [`FLOOR_SECONDS`] of the floor rate above the step:
+//! the brake spends the reserve over a few hundred milliseconds whatever
+//! the drain does, and with its zero at the step a drain later than that
+//! (a flush sharing the disk and both cores with a 1.7 GB L0 → L1 merge)
+//! met writers at the floor with no room left, and they stopped for the
+//! rest of it (`classic` at `medium`: 0.26–0.56 s memtable-full stops in
+//! most fills, tierkv's own accounting; test
+//! `a_late_flush_slows_writers_to_the_floor_without_a_stop`); now they go
+//! on at the floor, a 4 KiB write every 3.9 ms, for up to that long. (The first
 //! version continued the upper line below the reserve, `D + (H −
 //! reserve) / HORIZON`, which at `H = 0` still allowed `D − 2·reserve`
 //! per second: at `medium` every `triangle` fill ran into 43–47 PM-full
@@ -221,6 +231,10 @@ pub(super) const HORIZON: f64 = 0.5;
 pub(super) const RESERVE: f64 = 0.1;
 /// The pacer never asks for less than this (user bytes per second).
 pub(super) const MIN_RATE: f64 = 1048576.0;
+/// The brake reaches [`MIN_RATE`] this long before the stop: it keeps
+/// `MIN_RATE × FLOOR_SECONDS` (at most half the reserve above the step)
+/// for writers to trickle at the floor while a late drain finishes.
+pub(super) const FLOOR_SECONDS: f64 = 1.0;
 /// How far a writer may run ahead of the token bucket.
 pub(super) const CREDIT: Duration = Duration::from_millis(1);
 /// Writers sleep only once they owe at least this long.
@@ -313,12 +327,14 @@ impl Gauge {
             // Unknown: nothing says the work cannot keep up.
             capacity.map_or(f64::INFINITY, |c| c + (free - reserve) / HORIZON)
         } else {
-            // The brake: the drain capacity scaled down to nothing as the
-            // headroom falls from the reserve to one step, and never so
-            // steep that one interval between samples overshoots it.
-            let bound = BRAKE_SHARE * (reserve - step) / SAMPLE_EVERY.as_secs_f64();
+            // The brake: the drain capacity scaled down to the floor as
+            // the headroom falls from the reserve to its zero, one step
+            // and the floor's own room above the stop, and never so steep
+            // that one interval between samples overshoots it.
+            let zero = step + (MIN_RATE * FLOOR_SECONDS).min(0.5 * (reserve - step));
+            let bound = BRAKE_SHARE * (reserve - zero) / SAMPLE_EVERY.as_secs_f64();
             let slope = capacity.map_or(bound, |c| c.min(bound));
-            slope * (free - step).max(0.0) / (reserve - step).max(1.0)
+            slope * (free - zero).max(0.0) / (reserve - zero).max(1.0)
         };
         rate.max(MIN_RATE)
     }
@@ -848,6 +864,50 @@ mod tests {
         let written: f64 = written.iter().sum();
         assert!(lowest > 0.0, "the memtables ran out");
         assert!(written > 0.9 * 100e6, "the first second wrote {written}");
+    }
+
+    /// `medium`'s memtables (two of 64 MiB), each flushed in 0.16 s, but
+    /// one flush, sharing the disk and cores with a long merge, takes
+    /// 0.8 s; the writer wants 300 MB/s. The brake spends the reserve over
+    /// a few hundred milliseconds whatever the flush does: it must leave
+    /// the floor rate room to go on for the rest of a late flush, so that
+    /// writers trickle at the floor instead of stopping (a `classic` fill
+    /// stopped 0.47 s on a full memtable this way).
+    #[test]
+    fn a_late_flush_slows_writers_to_the_floor_without_a_stop() {
+        let t0 = Instant::now();
+        let (cap, mem) = (128.0 * 1048576.0, 64.0 * 1048576.0);
+        let mut p = Pacer::new();
+        let (mut held, mut flushing, mut admitted) = (0.0f64, 0.0f64, 0u64);
+        // A flush frees its whole memtable at its end.
+        let (mut flushes, mut flush_ends) = (0, 0usize);
+        let mut lowest = cap;
+        let dt = 0.001;
+        for i in 0..6000 {
+            let now = t0 + Duration::from_secs_f64(i as f64 * dt);
+            if i % 10 == 0 {
+                let h = Headroom {
+                    free_bytes: (cap - held - flushing).max(0.0) as u64,
+                    capacity_bytes: cap as u64,
+                    step_bytes: 0,
+                };
+                p.sample(now, admitted, [Some(h), None], [flushing > 0.0, false]);
+            }
+            let w = p.rate().min(300e6) * dt;
+            admitted += w as u64;
+            held += w;
+            if flushing > 0.0 && i >= flush_ends {
+                flushing = 0.0;
+            }
+            if held >= mem && flushing == 0.0 {
+                flushes += 1;
+                let ms = if flushes == 8 { 800 } else { 160 };
+                (flushing, held, flush_ends) = (held, 0.0, i + ms);
+            }
+            lowest = lowest.min(cap - held - flushing);
+        }
+        assert!(flushes > 8, "the late flush came: {flushes}");
+        assert!(lowest > 0.0, "the memtables ran out: {lowest}");
     }
 
     /// A small PM tier (16 MiB) freed 8 MiB at a time by a job of 20 ms
