@@ -61,7 +61,9 @@ pub fn summary_line(name: &str, m: &Measured) -> String {
 /// fillrandom   : stall (engine's own): paced 1203 writes, 2.41 s; 2 stalls, 0.04 s; longest 31.2 ms pm-full at 5.3 s, 8.1 ms memtable-full at 9.0 s
 /// ```
 ///
-/// The second line only where the engine keeps its own stalls (tierkv).
+/// The second line where the engine keeps its own stalls (tierkv) or
+/// counts them by cause (RocksDB: `... : stall (engine's own): 3 stalls,
+/// 0.41 s; by cause memtable_compaction 2, level0_numfiles 1`).
 pub fn stall_line(name: &str, r: &Record) -> Option<String> {
     let s = &r.stall;
     let rs = &r.read_stall;
@@ -94,22 +96,35 @@ pub fn stall_line(name: &str, r: &Record) -> Option<String> {
         fmt_count(s.second_ops_median)
     );
     let es = &r.engine_stall;
-    if es.paced_writes > 0 || !es.longest.is_empty() {
-        let longest: Vec<String> = es
-            .longest
-            .iter()
-            .map(|l| format!("{} {} at {:.1} s", fmt_us(l.seconds * 1e6), l.cause, l.at_s))
-            .collect();
+    if es.paced_writes > 0 || !es.longest.is_empty() || !es.causes.is_empty() {
+        let mut parts = Vec::new();
+        if r.engine != "rocksdb" {
+            parts.push(format!(
+                "paced {} writes, {:.2} s",
+                es.paced_writes, es.paced_seconds
+            ));
+        }
+        parts.push(format!("{} stalls, {:.2} s", es.count, es.seconds));
+        if !es.longest.is_empty() {
+            let longest: Vec<String> = es
+                .longest
+                .iter()
+                .map(|l| format!("{} {} at {:.1} s", fmt_us(l.seconds * 1e6), l.cause, l.at_s))
+                .collect();
+            parts.push(format!("longest {}", longest.join(", ")));
+        } else if !es.causes.is_empty() {
+            let counts: Vec<String> = es
+                .causes
+                .iter()
+                .map(|c| format!("{} {}", c.cause, c.count))
+                .collect();
+            parts.push(format!("by cause {}", counts.join(", ")));
+        }
         let _ = write!(
             line,
-            "\n{:<12} : stall (engine's own): paced {} writes, {:.2} s; {} stalls, {:.2} s{}{}",
+            "\n{:<12} : stall (engine's own): {}",
             name,
-            es.paced_writes,
-            es.paced_seconds,
-            es.count,
-            es.seconds,
-            if longest.is_empty() { "" } else { "; longest " },
-            longest.join(", ")
+            parts.join("; ")
         );
     }
     if let Some(st) = &r.steady {

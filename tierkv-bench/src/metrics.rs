@@ -201,8 +201,8 @@ pub struct EngineStall {
     pub count: u64,
     /// Longest stall.
     pub max_seconds: f64,
-    /// Per cause, where the engine names its stalls (tierkv): most
-    /// seconds first.
+    /// Per cause, where the engine names its stalls: most seconds first
+    /// (tierkv), or most stalls first with counts only (RocksDB).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub causes: Vec<CauseStall>,
     /// The longest stalls of the window (at most [`LONGEST_STALLS`]),
@@ -228,10 +228,13 @@ pub struct CauseStall {
     pub cause: String,
     /// Number of stalls.
     pub count: u64,
-    /// Seconds writers were delayed or stopped for it.
-    pub seconds: f64,
-    /// Longest.
-    pub max_seconds: f64,
+    /// Seconds writers were delayed or stopped for it, where the engine
+    /// keeps each stall (tierkv; RocksDB counts them only).
+    #[serde(default)]
+    pub seconds: Option<f64>,
+    /// Longest, likewise.
+    #[serde(default)]
+    pub max_seconds: Option<f64>,
 }
 
 /// One stall: when (seconds from the start of the benchmark window), how
@@ -768,18 +771,22 @@ pub fn stall_in_window(before: &EngineStats, after: &EngineStats, seconds: f64) 
                 match causes.iter_mut().find(|c| c.cause == i.cause) {
                     Some(c) => {
                         c.count += 1;
-                        c.seconds += i.seconds;
-                        c.max_seconds = c.max_seconds.max(i.seconds);
+                        c.seconds = c.seconds.map(|s| s + i.seconds);
+                        c.max_seconds = c.max_seconds.map(|m| m.max(i.seconds));
                     }
                     None => causes.push(CauseStall {
                         cause: i.cause.to_string(),
                         count: 1,
-                        seconds: i.seconds,
-                        max_seconds: i.seconds,
+                        seconds: Some(i.seconds),
+                        max_seconds: Some(i.seconds),
                     }),
                 }
             }
-            causes.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+            causes.sort_by(|a, b| {
+                b.seconds
+                    .unwrap_or(0.0)
+                    .total_cmp(&a.seconds.unwrap_or(0.0))
+            });
             let mut by_length = inside.clone();
             by_length.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
             longest = by_length
@@ -799,6 +806,23 @@ pub fn stall_in_window(before: &EngineStats, after: &EngineStats, seconds: f64) 
             )
         }
         None => {
+            for (cause, n) in &after.stall.cause_counts {
+                let was = before
+                    .stall
+                    .cause_counts
+                    .iter()
+                    .find(|(c, _)| c == cause)
+                    .map_or(0, |(_, n)| *n);
+                if *n > was {
+                    causes.push(CauseStall {
+                        cause: cause.clone(),
+                        count: n - was,
+                        seconds: None,
+                        max_seconds: None,
+                    });
+                }
+            }
+            causes.sort_by(|a, b| b.count.cmp(&a.count));
             let count = after.stall.count.saturating_sub(before.stall.count);
             let secs = (after.stall.seconds - before.stall.seconds).max(0.0);
             // The histogram's maximum is cumulative since open; it cannot
@@ -1316,7 +1340,26 @@ mod tests {
             intervals: None,
             ..StallStats::default()
         };
+        before.stall.cause_counts = vec![("level0_numfiles".into(), 1)];
+        after.stall.cause_counts = vec![
+            ("level0_slowdown".into(), 0),
+            ("level0_numfiles".into(), 3),
+            ("memtable_compaction".into(), 4),
+        ];
         let s = stall_in_window(&before, &after, 10.0);
+        let counts: Vec<_> = s
+            .causes
+            .iter()
+            .map(|c| (c.cause.as_str(), c.count, c.seconds))
+            .collect();
+        assert_eq!(
+            counts,
+            [
+                ("memtable_compaction", 4, None),
+                ("level0_numfiles", 2, None)
+            ],
+            "counts only, of the window"
+        );
         assert_eq!(s.count, 6);
         assert!((s.seconds - 2.5).abs() < 1e-9 && (s.max_seconds - 0.8).abs() < 1e-9);
     }

@@ -139,6 +139,10 @@ pub struct StallStats {
     pub paced_writes: u64,
     /// Seconds of those pauses.
     pub paced_seconds: f64,
+    /// Stall counts per cause, cumulative, where the engine counts its
+    /// stalls by cause without keeping each one (RocksDB's
+    /// `Stalls(count)` line of `rocksdb.cfstats`).
+    pub cause_counts: Vec<(String, u64)>,
 }
 
 /// One stall an engine recorded itself.

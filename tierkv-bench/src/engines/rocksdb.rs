@@ -506,6 +506,12 @@ impl Engine for RocksEngine {
                 count,
                 max_seconds: max_us / 1e6,
                 intervals: None,
+                cause_counts: self
+                    .db
+                    .property_value("rocksdb.cfstats")
+                    .ok()
+                    .flatten()
+                    .map_or_else(Vec::new, |s| stall_counts(&s)),
                 ..StallStats::default()
             },
             flushes,
@@ -536,6 +542,26 @@ impl Engine for RocksEngine {
     }
 }
 
+/// RocksDB's stall counts per cause from `rocksdb.cfstats`' line
+/// `Stalls(count): 0 level0_slowdown, 2 level0_numfiles, ..., 1
+/// memtable_compaction, 0 memtable_slowdown, interval 3 total count`
+/// (cumulative since open; the "interval" total is left out).
+pub fn stall_counts(cfstats: &str) -> Vec<(String, u64)> {
+    let Some(line) = cfstats
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Stalls(count):"))
+    else {
+        return Vec::new();
+    };
+    line.split(',')
+        .filter_map(|part| {
+            let (n, name) = part.trim().split_once(' ')?;
+            let n = n.parse::<u64>().ok()?;
+            Some((name.trim().to_string(), n))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -553,6 +579,17 @@ mod tests {
             Some(&(13, 383_544, 53_164.0))
         );
         assert_eq!(s.ticker("absent"), 0);
+    }
+
+    #[test]
+    fn parses_stall_counts_per_cause() {
+        let t = "** Compaction Stats [default] **\n...\nStalls(count): 0 level0_slowdown, 0 level0_slowdown_with_compaction, 2 level0_numfiles, 2 level0_numfiles_with_compaction, 0 stop for pending_compaction_bytes, 0 slowdown for pending_compaction_bytes, 3 memtable_compaction, 0 memtable_slowdown, interval 5 total count\n";
+        let c = stall_counts(t);
+        assert_eq!(c.len(), 8);
+        assert_eq!(c[2], ("level0_numfiles".to_string(), 2));
+        assert_eq!(c[4], ("stop for pending_compaction_bytes".to_string(), 0));
+        assert_eq!(c[6], ("memtable_compaction".to_string(), 3));
+        assert!(stall_counts("nothing").is_empty());
     }
 
     #[test]
@@ -592,6 +629,16 @@ mod tests {
             cumulative
         );
         assert!(st.stall.seconds > 0.0, "tight L0 triggers stall writes");
+        // RocksDB's counts per cause, read from `rocksdb.cfstats`: its eight
+        // causes, and the tight L0 triggers among those that counted.
+        let causes = &st.stall.cause_counts;
+        assert_eq!(causes.len(), 8, "{causes:?}");
+        assert!(
+            causes
+                .iter()
+                .any(|(c, n)| c.starts_with("level0_") && *n > 0),
+            "{causes:?}"
+        );
         assert!(!st.compactions.is_empty() && !st.flushes.is_empty());
         // The debt's inputs: targets from the options, the pending estimate.
         let t = st.targets.clone().unwrap_or_default();

@@ -626,6 +626,7 @@ fn engine_stats(s: &::tierkv::stats::Stats) -> EngineStats {
             intervals: Some(intervals),
             paced_writes: s.paced_writes,
             paced_seconds: secs(s.paced_time),
+            cause_counts: Vec::new(),
         },
         flushes: s
             .flushes

@@ -405,8 +405,11 @@ pub fn markdown(records: &[Record], json: &Path, files: &[String]) -> String {
                 );
             }
         }
-        let own =
-            |r: &Record| !r.engine_stall.longest.is_empty() || r.engine_stall.paced_writes > 0;
+        let own = |r: &Record| {
+            !r.engine_stall.causes.is_empty()
+                || !r.engine_stall.longest.is_empty()
+                || r.engine_stall.paced_writes > 0
+        };
         if g.records.iter().any(|r| own(r)) {
             let _ = writeln!(
                 s,
@@ -417,14 +420,15 @@ pub fn markdown(records: &[Record], json: &Path, files: &[String]) -> String {
                 let causes: Vec<String> = es
                     .causes
                     .iter()
-                    .map(|c| {
-                        format!(
+                    .map(|c| match (c.seconds, c.max_seconds) {
+                        (Some(secs), Some(max)) => format!(
                             "{} {}, {:.2} s, {}",
                             c.cause,
                             c.count,
-                            c.seconds,
-                            fmt_us(c.max_seconds * 1e6)
-                        )
+                            secs,
+                            fmt_us(max * 1e6)
+                        ),
+                        _ => format!("{} {}", c.cause, c.count),
                     })
                     .collect();
                 let longest: Vec<String> = es
@@ -434,12 +438,23 @@ pub fn markdown(records: &[Record], json: &Path, files: &[String]) -> String {
                     .collect();
                 let _ = writeln!(
                     s,
-                    "| {} | {}, {:.2} s | {} | {} |",
+                    "| {} | {} | {} | {} |",
                     r.config,
-                    es.paced_writes,
-                    es.paced_seconds,
-                    causes.join("; "),
-                    longest.join("; ")
+                    if r.engine == "rocksdb" {
+                        "–".to_string()
+                    } else {
+                        format!("{}, {:.2} s", es.paced_writes, es.paced_seconds)
+                    },
+                    if causes.is_empty() {
+                        "–".to_string()
+                    } else {
+                        causes.join("; ")
+                    },
+                    if longest.is_empty() {
+                        "–".to_string()
+                    } else {
+                        longest.join("; ")
+                    }
                 );
             }
         }
