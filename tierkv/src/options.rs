@@ -237,8 +237,8 @@ pub struct Options {
     /// while writers fill the next memtable (a `classic` `medium` fill
     /// stopped 0.47–0.56 s on a full memtable while its 64 MiB flush ran
     /// beside a 1.7 GB merge on both cores). Needs two or more background
-    /// threads (one thread both flushes and compacts: then it is not
-    /// applied). Off by default. Linux only; elsewhere ignored.
+    /// threads (one thread both flushes and compacts: refused at open).
+    /// Off by default. Linux only; elsewhere ignored.
     pub compaction_sched_idle: bool,
     /// Limit compaction's writes into the SSD levels while foreground
     /// reads queue behind them, tuned to those reads' latency
@@ -756,6 +756,14 @@ impl Options {
             return bad(format!(
                 "`background_nice` = {} must be between 0 and 19",
                 self.background_nice
+            ));
+        }
+        if self.compaction_sched_idle && self.background_threads < 2 {
+            return bad(format!(
+                "`compaction_sched_idle` needs `background_threads` ≥ 2 (it is {}): one \
+                 background thread both flushes and compacts, and a flush under SCHED_IDLE \
+                 would wait for idle cores",
+                self.background_threads
             ));
         }
         if !(256..=(4 << 20)).contains(&self.block_size_bytes) {

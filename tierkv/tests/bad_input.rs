@@ -122,6 +122,14 @@ fn invalid_options_are_refused_naming_the_option() {
     );
     invalid(
         Options {
+            compaction_sched_idle: true,
+            background_threads: 1,
+            ..base()
+        },
+        "compaction_sched_idle",
+    );
+    invalid(
+        Options {
             block_size_bytes: 3,
             ..base()
         },
