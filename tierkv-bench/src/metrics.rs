@@ -763,7 +763,7 @@ pub fn stall_in_window(before: &EngineStats, after: &EngineStats, seconds: f64) 
     let mut longest: Vec<StallRecord> = Vec::new();
     let (secs, count, max) = match &after.stall.intervals {
         Some(iv) => {
-            let inside: Vec<_> = iv
+            let mut inside: Vec<_> = iv
                 .iter()
                 .filter(|i| i.start_s >= before.uptime_s && i.start_s <= after.uptime_s)
                 .collect();
@@ -787,9 +787,9 @@ pub fn stall_in_window(before: &EngineStats, after: &EngineStats, seconds: f64) 
                     .unwrap_or(0.0)
                     .total_cmp(&a.seconds.unwrap_or(0.0))
             });
-            let mut by_length = inside.clone();
-            by_length.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
-            longest = by_length
+            // Longest first: the maximum is the first, the longest a prefix.
+            inside.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+            longest = inside
                 .iter()
                 .take(LONGEST_STALLS)
                 .map(|i| StallRecord {
@@ -802,7 +802,7 @@ pub fn stall_in_window(before: &EngineStats, after: &EngineStats, seconds: f64) 
                 // fold from +0.0: an empty f64 sum is -0.0.
                 inside.iter().fold(0.0, |a, i| a + i.seconds),
                 inside.len() as u64,
-                inside.iter().map(|i| i.seconds).fold(0.0, f64::max),
+                inside.first().map_or(0.0, |i| i.seconds),
             )
         }
         None => {

@@ -778,6 +778,15 @@ mod tests {
         assert!(rate > 0.6 * 250e6, "rate {rate}");
     }
 
+    /// The memtables' reading with `used` of their `cap` bytes taken.
+    fn memtables_headroom(cap: f64, used: f64) -> Headroom {
+        Headroom {
+            free_bytes: (cap - used).max(0.0) as u64,
+            capacity_bytes: cap as u64,
+            step_bytes: 0,
+        }
+    }
+
     /// Memtables of `cap` bytes in all, switched at `mem` bytes and each
     /// flushed in `flush_secs`, filled for `ms` milliseconds by a writer
     /// that wants `wants(ms)` bytes per second and goes at the paced rate;
@@ -802,11 +811,7 @@ mod tests {
         for i in 0..ms {
             let now = t0 + Duration::from_secs_f64(i as f64 * dt);
             if i % 10 == 0 {
-                let h = Headroom {
-                    free_bytes: (cap - held - flushing).max(0.0) as u64,
-                    capacity_bytes: cap as u64,
-                    step_bytes: 0,
-                };
+                let h = memtables_headroom(cap, held + flushing);
                 let busy = !busy_known || flushing > 0.0;
                 p.sample(now, admitted, [Some(h), None], [busy, false]);
             }
@@ -886,11 +891,7 @@ mod tests {
         for i in 0..6000 {
             let now = t0 + Duration::from_secs_f64(i as f64 * dt);
             if i % 10 == 0 {
-                let h = Headroom {
-                    free_bytes: (cap - held - flushing).max(0.0) as u64,
-                    capacity_bytes: cap as u64,
-                    step_bytes: 0,
-                };
+                let h = memtables_headroom(cap, held + flushing);
                 p.sample(now, admitted, [Some(h), None], [flushing > 0.0, false]);
             }
             let w = p.rate().min(300e6) * dt;
