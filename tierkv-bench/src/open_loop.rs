@@ -8,8 +8,8 @@
 //! a spinning generator would take a whole core from the engine on a
 //! 2-core machine). Worker threads pop requests, wait
 //! until the scheduled instant ([`wait_until`]: sleep until the measured
-//! median sleep overshoot before it, then yield the CPU for what is left,
-//! usually nothing) and measure latency from it to completion. The
+//! median sleep overshoot before it, then spin for what is left, usually
+//! nothing) and measure latency from it to completion. The
 //! lookahead hides the cost of waking a worker blocked on the queue (tens
 //! of µs in a VM) and the generator's coarse sleeps, so a request starts on
 //! time when a worker is free; it never starts early. If
@@ -33,7 +33,16 @@ use std::time::{Duration, Instant};
 use crate::workload::Op;
 
 /// How far ahead of its scheduled instant a request is queued (at most).
-pub const LOOKAHEAD: Duration = Duration::from_millis(2);
+/// The generator is a thread like any other: on a machine whose cores the
+/// engine's background threads keep busy it can wake a scheduler tick or
+/// two late (4 ms at `HZ=250`; `perf sched timehist` of a `triangle` fill
+/// at 25 K requests/s on 2 cores: 46 of its 10 K wake-ups over 1 ms late,
+/// up to 4.7 ms). With 2 ms of lookahead each such wake-up emptied the
+/// queue and made the requests due meanwhile late, which the latency
+/// histograms then charged to the engine; the queue now holds at least
+/// half of 20 ms after every refill. (Requests still start no earlier
+/// than scheduled: the lookahead only decides how early they are queued.)
+pub const LOOKAHEAD: Duration = Duration::from_millis(20);
 
 /// How late a short sleep of this thread ends, measured once per process
 /// (median of 21 sleeps of 50 µs; ≈ 30 µs in a VM even with 1 ns timer
@@ -56,10 +65,16 @@ pub fn sleep_overshoot() -> Duration {
 }
 
 /// Waits until `t`: sleeps until the measured median sleep overshoot
-/// before `t` (so the sleep ends about at `t`), then yields the CPU until
-/// `t` if it ended early. Requests start on time (late by the overshoot's
-/// spread above its median, a few µs) and the wait costs CPU only for the
-/// rare early wake-ups, not for a fixed spin before every request. Call
+/// before `t` (so the sleep ends about at `t`), then spins until `t` if it
+/// ended early. Requests start on time (late by the overshoot's spread
+/// above its median, a few µs) and the wait costs CPU only for the early
+/// wake-ups' few µs, not for a fixed spin before every request. It spins
+/// rather than yields: a thread that yields its core while a background
+/// thread is runnable there gets it back only when that thread's slice
+/// ends at the next scheduler tick (4 ms at `HZ=250`) — 57 of the 103
+/// waits over 1 ms of the worker in a `triangle` fill at 25 K requests/s
+/// on 2 cores were such yields (`perf record -e sched:sched_switch -g`),
+/// and the requests due meanwhile were charged to the engine. Call
 /// [`crate::sys::set_timer_slack_ns`] on the thread first.
 pub fn wait_until(t: Instant) {
     let overshoot = sleep_overshoot();
@@ -72,7 +87,7 @@ pub fn wait_until(t: Instant) {
         if wait > overshoot + Duration::from_micros(2) {
             std::thread::sleep(wait - overshoot);
         } else {
-            std::thread::yield_now();
+            std::hint::spin_loop();
         }
     }
 }
