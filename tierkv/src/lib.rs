@@ -20,6 +20,7 @@ pub mod key;
 pub mod lost;
 pub mod memtable;
 pub mod options;
+pub mod sched;
 pub mod sst;
 pub mod stats;
 pub mod storage;

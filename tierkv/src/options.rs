@@ -240,6 +240,24 @@ pub struct Options {
     /// threads (one thread both flushes and compacts: refused at open).
     /// Off by default. Linux only; elsewhere ignored.
     pub compaction_sched_idle: bool,
+    /// Run the compaction threads (and the threads they start for a job)
+    /// under `SCHED_IDLE` while background work has room to spare, and at
+    /// normal priority while it has not: the write path, every 10 ms
+    /// while writes come, compares the rate the pacer allows with the
+    /// rate writes were admitted at over the last second and switches the
+    /// threads ([`crate::sched`]) to normal priority when the allowance is
+    /// under 2× the writes (or writes are delayed or stopped), back under
+    /// `SCHED_IDLE` when it is over 3×. A woken writer or reader then
+    /// preempts compaction at once instead of waiting for the scheduler's
+    /// next tick, while compaction still gets its fair share of the CPU
+    /// whenever writers would otherwise run into the pacer (unlike
+    /// `compaction_sched_idle`, which can starve it). Needs two or more
+    /// background threads, excludes `background_sched_idle` and
+    /// `compaction_sched_idle`, and needs the right to leave `SCHED_IDLE`
+    /// (`CAP_SYS_NICE` or `RLIMIT_NICE` ≥ 20: systemd's `LimitNICE=`):
+    /// refused at open otherwise. Off by default. Linux only; elsewhere
+    /// ignored.
+    pub adaptive_compaction_priority: bool,
     /// Limit compaction's writes into the SSD levels while foreground
     /// reads queue behind them, tuned to those reads' latency
     /// ([`crate::storage::limiter`]: halved per 100 ms window with a read
@@ -471,6 +489,7 @@ impl Default for Options {
             background_nice: 0,
             background_sched_idle: false,
             compaction_sched_idle: false,
+            adaptive_compaction_priority: false,
             background_io_autotune: true,
             block_cache_bytes: 8 << 20,
             block_size_bytes: 4096,
@@ -541,6 +560,10 @@ impl fmt::Debug for Options {
             .field("background_nice", &self.background_nice)
             .field("background_sched_idle", &self.background_sched_idle)
             .field("compaction_sched_idle", &self.compaction_sched_idle)
+            .field(
+                "adaptive_compaction_priority",
+                &self.adaptive_compaction_priority,
+            )
             .field("background_io_autotune", &self.background_io_autotune)
             .field("vsst", &self.vsst)
             .field("vlsm_growth_factor", &self.vlsm_growth_factor)
@@ -765,6 +788,30 @@ impl Options {
                  would wait for idle cores",
                 self.background_threads
             ));
+        }
+        if self.adaptive_compaction_priority {
+            if self.background_threads < 2 {
+                return bad(format!(
+                    "`adaptive_compaction_priority` needs `background_threads` ≥ 2 (it is \
+                     {}): one background thread both flushes and compacts",
+                    self.background_threads
+                ));
+            }
+            if self.background_sched_idle || self.compaction_sched_idle {
+                return bad(
+                    "`adaptive_compaction_priority` excludes `background_sched_idle` and \
+                     `compaction_sched_idle` (it switches the compaction threads itself)"
+                        .to_string(),
+                );
+            }
+            if !crate::sched::can_leave_idle() {
+                return bad(
+                    "`adaptive_compaction_priority` needs the right to move a thread out of \
+                     SCHED_IDLE (CAP_SYS_NICE, or RLIMIT_NICE of at least 20: systemd's \
+                     `LimitNICE=`), which this process lacks"
+                        .to_string(),
+                );
+            }
         }
         if !(256..=(4 << 20)).contains(&self.block_size_bytes) {
             return bad(format!(

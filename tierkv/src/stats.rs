@@ -229,6 +229,10 @@ pub struct Stats {
     pub paced_writes: u64,
     /// Time those pauses took in all.
     pub paced_time: Duration,
+    /// Under `Options::adaptive_compaction_priority`: how many times the
+    /// compaction threads changed policy, and whether they are under
+    /// `SCHED_IDLE` now.
+    pub compaction_priority: Option<(u64, bool)>,
     /// Figures the design reports (`Design::stats`), by name, in its order.
     pub design: Vec<(String, String)>,
     /// The level targets of the design (one region's), if it reports them.
@@ -397,6 +401,13 @@ impl Stats {
             self.paced_writes,
             self.paced_time.as_secs_f64()
         );
+        if let Some((switches, idle)) = self.compaction_priority {
+            let _ = writeln!(
+                s,
+                "compaction priority (adaptive): {switches} switches, now {}",
+                if idle { "SCHED_IDLE" } else { "normal" }
+            );
+        }
         let _ = writeln!(s, "\n** Flushes and compactions **");
         let flushed: u64 = self.flushes.iter().map(|f| f.output_bytes).sum();
         let flush_s: f64 = self.flushes.iter().map(|f| f.duration.as_secs_f64()).sum();
@@ -651,6 +662,7 @@ impl StatsRecorder {
             pm_persistence: self.pm_persistence.get().cloned(),
             paced_writes: self.paused.0.load(Ordering::Relaxed),
             paced_time: Duration::from_nanos(self.paused.1.load(Ordering::Relaxed)),
+            compaction_priority: None,
             design: Vec::new(),
             level_targets: None,
             table_lifetimes: log

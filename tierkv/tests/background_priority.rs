@@ -1,7 +1,9 @@
-//! `Options::background_nice`, `Options::background_sched_idle` and
-//! `Options::compaction_sched_idle`: the engine's background threads run
-//! at the niceness and under the policy asked for (the flush thread keeps
-//! its own under the last), and the foreground threads keep theirs. Alone in its test
+//! `Options::background_nice`, `Options::background_sched_idle`,
+//! `Options::compaction_sched_idle` and
+//! `Options::adaptive_compaction_priority`: the engine's background
+//! threads run at the niceness and under the policy asked for (the flush
+//! thread keeps its own under the last two), and the foreground threads
+//! keep theirs. Alone in its test
 //! binary, one test, so that the only `tierkv-bg-*` threads are those of
 //! the one database open.
 
@@ -127,6 +129,79 @@ fn background_threads_run_at_the_priority_asked_for() {
             },
         },
     );
+    // Adaptive: the compaction threads start under SCHED_IDLE (nothing
+    // presses them yet), the flush thread keeps its priority; writes that
+    // outrun compaction bring them back to normal priority. Without the
+    // right to leave SCHED_IDLE again the option is refused at open.
+    if tierkv::sched::can_leave_idle() {
+        pressure_switches_compaction_to_normal_priority();
+        check_each(
+            |o| {
+                o.background_threads = 3;
+                o.adaptive_compaction_priority = true;
+            },
+            |name| match name {
+                "tierkv-bg-0" => base,
+                _ => Priority {
+                    policy: libc::SCHED_IDLE as i64,
+                    ..base
+                },
+            },
+        );
+    } else {
+        let o = Options {
+            fs: Arc::new(MemFs::new()),
+            adaptive_compaction_priority: true,
+            ..Options::default()
+        };
+        match Db::open(&PathBuf::from("/db"), o) {
+            Err(tierkv::Error::InvalidOptions(m)) => {
+                assert!(m.contains("adaptive_compaction_priority"), "{m}")
+            }
+            Err(e) => panic!("expected InvalidOptions, got {e}"),
+            Ok(_) => panic!("adaptive_compaction_priority accepted without the right to use it"),
+        }
+    }
     // This (foreground) thread is untouched.
     assert_eq!(me(), base);
+}
+
+/// Writes far faster than tiny L0 triggers let compaction keep up with:
+/// the pacer's allowance meets the write rate (or writes are delayed),
+/// and the compaction threads leave `SCHED_IDLE` — seen in the stats and
+/// in the threads' policy while the pressure lasts.
+fn pressure_switches_compaction_to_normal_priority() {
+    let o = Options {
+        fs: Arc::new(MemFs::new()),
+        adaptive_compaction_priority: true,
+        memtable_size_bytes: 64 << 10,
+        sst_size_bytes: 64 << 10,
+        l1_size_bytes: 256 << 10,
+        l0_compaction_trigger: 2,
+        l0_slowdown_trigger: 3,
+        l0_stop_trigger: 6,
+        ..Options::default()
+    };
+    let db = Db::open(&PathBuf::from("/db"), o).expect("open");
+    let switches =
+        |db: &Db| -> u64 { db.stats().compaction_priority.expect("adaptive priority").0 };
+    assert_eq!(switches(&db), 0);
+    let value = vec![7u8; 1000];
+    let mut saw_normal = false;
+    for i in 0u64..200_000 {
+        let key = (i.wrapping_mul(0x9e37_79b9_7f4a_7c15)).to_be_bytes();
+        db.put(&key, &value).expect("put");
+        if i % 1000 == 999 {
+            saw_normal |= threads()
+                .iter()
+                .any(|(n, p)| n == "tierkv-bg-1" && p.policy == libc::SCHED_OTHER as i64);
+            if saw_normal && switches(&db) >= 1 {
+                break;
+            }
+        }
+    }
+    assert!(switches(&db) >= 1, "no switch under pressure");
+    assert!(saw_normal, "the compaction thread never left SCHED_IDLE");
+    let table = db.property("tierkv.stats").expect("stats");
+    assert!(table.contains("compaction priority (adaptive)"), "{table}");
 }

@@ -130,6 +130,22 @@ fn invalid_options_are_refused_naming_the_option() {
     );
     invalid(
         Options {
+            adaptive_compaction_priority: true,
+            background_threads: 1,
+            ..base()
+        },
+        "adaptive_compaction_priority",
+    );
+    invalid(
+        Options {
+            adaptive_compaction_priority: true,
+            compaction_sched_idle: true,
+            ..base()
+        },
+        "adaptive_compaction_priority",
+    );
+    invalid(
+        Options {
             block_size_bytes: 3,
             ..base()
         },

@@ -132,6 +132,10 @@ pub enum Knob {
     /// `cidle=0|1`: the compaction threads only under `SCHED_IDLE`, the
     /// flush thread not (`Options::compaction_sched_idle`, default 0).
     CompactionSchedIdle(bool),
+    /// `acp=0|1`: the compaction threads under `SCHED_IDLE` while they
+    /// have room, at normal priority near a limit
+    /// (`Options::adaptive_compaction_priority`, default 0).
+    AdaptivePriority(bool),
     /// `sub=`: parts one merge may be cut into (`Options::max_subcompactions`,
     /// default the background threads; `sub=1`: none).
     Subcompactions(u64),
@@ -290,6 +294,7 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
             "nice" if n <= 19 => Knob::Nice(n),
             "idle" if n <= 1 => Knob::SchedIdle(n == 1),
             "cidle" if n <= 1 => Knob::CompactionSchedIdle(n == 1),
+            "acp" if n <= 1 => Knob::AdaptivePriority(n == 1),
             "nice" => {
                 return Err(Error::Usage(format!(
                     "knob `{part}` of `{spec}`: nice is 0..=19"
@@ -305,7 +310,7 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
                     "knob `{part}` of `{spec}`: thr is at least 1, onpm is 1"
                 )))
             }
-            "pace" | "idle" | "vsst" | "iotune" | "mfilter" | "check" => {
+            "pace" | "idle" | "cidle" | "acp" | "vsst" | "iotune" | "mfilter" | "check" => {
                 return Err(Error::Usage(format!(
                     "knob `{part}` of `{spec}`: {name} is 0 or 1"
                 )))
@@ -373,6 +378,7 @@ pub fn options_for_spec(preset: Preset, spec: &str, setup: &EngineSetup) -> Resu
             | Knob::Nice(_)
             | Knob::SchedIdle(_)
             | Knob::CompactionSchedIdle(_)
+            | Knob::AdaptivePriority(_)
             | Knob::IoTune(_)
             | Knob::MemFilter(_)
             | Knob::RangeTabs(_)
@@ -414,6 +420,7 @@ pub fn options_for_spec(preset: Preset, spec: &str, setup: &EngineSetup) -> Resu
             Knob::Nice(n) => o.background_nice = n as i32,
             Knob::SchedIdle(on) => o.background_sched_idle = on,
             Knob::CompactionSchedIdle(on) => o.compaction_sched_idle = on,
+            Knob::AdaptivePriority(on) => o.adaptive_compaction_priority = on,
             Knob::IoTune(on) => o.background_io_autotune = on,
             Knob::MemFilter(on) => {
                 o.memtable_filter_ratio = if on {

@@ -451,12 +451,15 @@ where
     if parts.len() <= 1 {
         return parts.into_iter().map(|part| part()).collect();
     }
+    let cpu = crate::sched::current();
     std::thread::scope(|sc| {
         let handles: Vec<_> = parts
             .into_iter()
             .map(|part| {
+                let cpu = cpu.clone();
                 sc.spawn(move || {
                     crate::storage::limiter::mark_background();
+                    let _cpu = cpu.as_ref().map(crate::sched::join);
                     part()
                 })
             })

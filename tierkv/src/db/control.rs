@@ -250,6 +250,33 @@ pub(super) const BRAKE_SHARE: f64 = 0.25;
 /// reserve.
 pub(super) const KNOWN_AFTER: f64 = 0.1;
 
+/// Compaction threads go to normal priority once the pacer allows less
+/// than this many times the rate writes are admitted at
+/// (`Options::adaptive_compaction_priority`)...
+pub(super) const URGENT_MARGIN: f64 = 2.0;
+/// ...and back under `SCHED_IDLE` once it allows more than this many
+/// times (the gap keeps a rate near one threshold from switching them
+/// every sample).
+pub(super) const RELAXED_MARGIN: f64 = 3.0;
+
+/// Whether background work must compete for the CPU on equal terms
+/// (`Options::adaptive_compaction_priority`): writes are delayed or
+/// stopped, or the pacer's allowance (`allowed`, user bytes per second;
+/// infinite: nothing near a limit) is within [`URGENT_MARGIN`] of the
+/// rate writes are admitted at (`admitted`, over the last second; taken
+/// as at least [`MIN_RATE`]), staying so until it is past
+/// [`RELAXED_MARGIN`]. Compaction under `SCHED_IDLE` runs only on cores
+/// the foreground leaves idle; when the foreground keeps them busy it
+/// falls behind, the pacer's allowance falls toward the writes, and this
+/// gives it its fair share back before the writers feel it.
+pub(super) fn background_urgent(was: bool, allowed: f64, admitted: f64, held: bool) -> bool {
+    if held {
+        return true;
+    }
+    let margin = allowed / admitted.max(MIN_RATE);
+    margin < if was { RELAXED_MARGIN } else { URGENT_MARGIN }
+}
+
 /// One resource the pacer watches.
 #[derive(Debug, Clone, Copy)]
 struct Gauge {
@@ -401,9 +428,9 @@ impl Pacer {
         self.rate_bytes_per_sec = rate;
     }
 
-    /// The paced rate now, user bytes per second.
-    #[cfg(test)]
-    fn rate(&self) -> f64 {
+    /// The paced rate now, user bytes per second (infinite: nothing to
+    /// pace).
+    pub(super) fn rate(&self) -> f64 {
         self.rate_bytes_per_sec
     }
 
@@ -514,6 +541,15 @@ impl RateMeter {
         }
     }
 
+    /// Bytes per second over the last full second.
+    pub(super) fn recent(&self) -> f64 {
+        let now = self.slot_now();
+        let per_sec = (Duration::from_secs(1).as_nanos() / SLOT.as_nanos()) as u64;
+        (now.saturating_sub(per_sec)..now)
+            .map(|s| self.bytes_in(s))
+            .sum::<u64>() as f64
+    }
+
     /// Bytes per second over the last full second, and the highest
     /// one-second rate over the last minute.
     pub(super) fn rates(&self) -> (f64, f64) {
@@ -590,6 +626,19 @@ impl Inner {
             st.compactions_running > 0 || st.manual_running,
         ];
         st.pacer.sample(now, admitted, [Some(mem), design], busy);
+        if let Some(cpu) = &self.compaction_cpu {
+            let held = st
+                .control
+                .cache
+                .is_some_and(|(_, c)| c != WriteControl::Proceed);
+            let urgent = background_urgent(
+                !cpu.is_idle(),
+                st.pacer.rate(),
+                self.admitted.recent(),
+                held,
+            );
+            cpu.set_idle(!urgent);
+        }
     }
 
     /// The design's verdict for the current versions and memtable backlog,
@@ -974,6 +1023,24 @@ mod tests {
         }
         assert!(n > 0 && paused > Duration::ZERO);
         assert_eq!(p.pause_for(0, t0 + Duration::from_secs(60)), Duration::ZERO);
+    }
+
+    #[test]
+    fn compaction_competes_for_the_cpu_near_a_limit_and_yields_far_from_it() {
+        let mib = 1048576.0;
+        // Nothing near a limit: yield.
+        assert!(!background_urgent(false, f64::INFINITY, 100.0 * mib, false));
+        // A delay or a stop: compete, whatever the allowance.
+        assert!(background_urgent(false, f64::INFINITY, 0.0, true));
+        // The allowance within 2x of the writes: compete...
+        assert!(background_urgent(false, 190.0 * mib, 100.0 * mib, false));
+        assert!(!background_urgent(false, 210.0 * mib, 100.0 * mib, false));
+        // ...until it is past 3x (no switching back and forth near 2x).
+        assert!(background_urgent(true, 250.0 * mib, 100.0 * mib, false));
+        assert!(!background_urgent(true, 310.0 * mib, 100.0 * mib, false));
+        // No writes: the floor rate is the yardstick, not zero.
+        assert!(background_urgent(false, MIN_RATE, 0.0, false));
+        assert!(!background_urgent(false, 4.0 * MIN_RATE, 0.0, false));
     }
 
     #[test]

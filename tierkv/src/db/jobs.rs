@@ -44,6 +44,11 @@ pub(super) fn start_background(inner: &Arc<Inner>) -> Vec<JoinHandle<()>> {
                         idle_policy();
                     }
                     crate::storage::limiter::mark_background();
+                    let _cpu = inner
+                        .compaction_cpu
+                        .as_ref()
+                        .filter(|_| role == Role::Compaction)
+                        .map(crate::sched::join);
                     inner.background_loop(role)
                 })
                 .map_err(|e| Error::io("spawn background thread", e))

@@ -229,6 +229,9 @@ struct Inner {
     /// Compaction's SSD writes against foreground reads
     /// (`Options::background_io_autotune`).
     limiter: Option<Arc<crate::storage::limiter::BackgroundLimiter>>,
+    /// The compaction threads' CPU policy, switched by the write path
+    /// (`Options::adaptive_compaction_priority`; control.rs).
+    compaction_cpu: Option<Arc<crate::sched::ThreadGroup>>,
     last_seq: AtomicU64,
     snapshots: Arc<Mutex<BTreeMap<SeqNo, usize>>>,
     _lock: Arc<dyn FileLock>,

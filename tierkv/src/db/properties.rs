@@ -139,6 +139,10 @@ impl Inner {
             s.written.pm_metadata = pm.allocator().bytes_written();
         }
         s.design = self.design.stats(&versions);
+        s.compaction_priority = self
+            .compaction_cpu
+            .as_ref()
+            .map(|g| (g.switches(), g.is_idle()));
         s
     }
 }

@@ -350,6 +350,8 @@ fn open_locked(
         super_version: RwLock::new(Arc::new(sv)),
         retired_super_versions: Mutex::new(Vec::new()),
         limiter,
+        compaction_cpu: (options.adaptive_compaction_priority && cfg!(target_os = "linux"))
+            .then(|| crate::sched::ThreadGroup::new(true)),
         last_seq: AtomicU64::new(replay.last_seq),
         snapshots: Arc::new(Mutex::new(BTreeMap::new())),
         opts: options,

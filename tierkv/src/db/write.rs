@@ -319,7 +319,10 @@ impl Inner {
             )));
         }
         let mut delayed = false;
-        let mut paced = !self.opts.write_pacing || force;
+        // The pacer is sampled for the compaction threads' priority too
+        // (`Options::adaptive_compaction_priority`), paced or not.
+        let sampled = self.opts.write_pacing || self.compaction_cpu.is_some();
+        let mut paced = !sampled || force;
         let mut stopped = StopEpisode {
             stats: &self.stats,
             current: None,
@@ -333,7 +336,11 @@ impl Inner {
                 paced = true;
                 let now = Instant::now();
                 self.sample_pacer(&mut st, now);
-                let pause = st.pacer.pause_for(bytes, now);
+                let pause = if self.opts.write_pacing {
+                    st.pacer.pause_for(bytes, now)
+                } else {
+                    Duration::ZERO
+                };
                 if !pause.is_zero() {
                     drop(st);
                     std::thread::sleep(pause);

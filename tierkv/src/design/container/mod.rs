@@ -1125,13 +1125,16 @@ impl Container {
             .map(|g| (g..readers.len()).step_by(k).collect())
             .collect();
         let runs: Vec<Vec<(u32, u32)>> = if k > 1 {
+            let cpu = crate::sched::current();
             std::thread::scope(|s| {
                 let hs: Vec<_> = groups
                     .iter()
                     .map(|g| {
-                        s.spawn(|| {
+                        let (cpu, readers, windows) = (cpu.clone(), &readers, &windows);
+                        s.spawn(move || {
                             crate::storage::limiter::mark_background();
-                            collect(&readers, &windows, g)
+                            let _cpu = cpu.as_ref().map(crate::sched::join);
+                            collect(readers, windows, g)
                         })
                     })
                     .collect();
