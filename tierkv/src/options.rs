@@ -247,7 +247,8 @@ pub struct Options {
     /// rate writes were admitted at over the last second and switches the
     /// threads ([`crate::sched`]) to normal priority when the allowance is
     /// under 2× the writes (or writes are delayed or stopped), back under
-    /// `SCHED_IDLE` when it is over 3×. A woken writer or reader then
+    /// `SCHED_IDLE` when it is over 3× or no write has come for a second.
+    /// A woken writer or reader then
     /// preempts compaction at once instead of waiting for the scheduler's
     /// next tick, while compaction still gets its fair share of the CPU
     /// whenever writers would otherwise run into the pacer (unlike

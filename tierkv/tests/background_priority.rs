@@ -204,4 +204,25 @@ fn pressure_switches_compaction_to_normal_priority() {
     assert!(saw_normal, "the compaction thread never left SCHED_IDLE");
     let table = db.property("tierkv.stats").expect("stats");
     assert!(table.contains("compaction priority (adaptive)"), "{table}");
+    // Writes stop: a second later nothing presses compaction, and the
+    // flush thread puts it back under SCHED_IDLE (reads after a fill).
+    let t0 = Instant::now();
+    while !db.stats().compaction_priority.expect("adaptive").1 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "compaction stayed at normal priority with no writes"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let t0 = Instant::now();
+    while !threads()
+        .iter()
+        .any(|(n, p)| n == "tierkv-bg-1" && p.policy == libc::SCHED_IDLE as i64)
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "not back under SCHED_IDLE"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

@@ -259,6 +259,11 @@ pub(super) const URGENT_MARGIN: f64 = 2.0;
 /// every sample).
 pub(super) const RELAXED_MARGIN: f64 = 3.0;
 
+/// With no write for this long, nothing presses compaction: its threads
+/// go back under `SCHED_IDLE` (`Options::adaptive_compaction_priority`;
+/// the write path, which decides otherwise, is not there to).
+pub(super) const QUIET: Duration = Duration::from_secs(1);
+
 /// Whether background work must compete for the CPU on equal terms
 /// (`Options::adaptive_compaction_priority`): writes are delayed or
 /// stopped, or the pacer's allowance (`allowed`, user bytes per second;
@@ -398,6 +403,11 @@ impl Pacer {
             next: None,
             last_sample: None,
         }
+    }
+
+    /// When the last sample was taken (`None`: never).
+    pub(super) fn last_sample(&self) -> Option<Instant> {
+        self.last_sample
     }
 
     /// True if a sample is due.
@@ -638,6 +648,23 @@ impl Inner {
                 held,
             );
             cpu.set_idle(!urgent);
+        }
+    }
+
+    /// Puts the compaction threads back under `SCHED_IDLE` once no write
+    /// has sampled the pacer for [`QUIET`]: reads after a fill then find
+    /// the cores the compaction paying its debt would otherwise share.
+    /// Called by the flush thread between jobs (at least every 200 ms).
+    /// REQUIRES: `state` locked.
+    pub(super) fn relax_compaction_cpu(&self, st: &State, now: Instant) {
+        if let Some(cpu) = &self.compaction_cpu {
+            let quiet = st
+                .pacer
+                .last_sample()
+                .is_none_or(|t| now.saturating_duration_since(t) >= QUIET);
+            if quiet {
+                cpu.set_idle(true);
+            }
         }
     }
 

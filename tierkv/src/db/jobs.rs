@@ -154,6 +154,9 @@ impl Inner {
             if st.shutting_down {
                 return;
             }
+            if role != Role::Compaction {
+                self.relax_compaction_cpu(&st, Instant::now());
+            }
             // The next PM WAL first (one MANIFEST record): the switch that
             // took the last one may come again within a memtable's fill.
             if role != Role::Compaction
