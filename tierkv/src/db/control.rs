@@ -586,6 +586,13 @@ impl RateMeter {
 }
 
 impl State {
+    /// Whether the design's last verdict delays or stops writes.
+    pub(super) fn writes_held(&self) -> bool {
+        self.control
+            .cache
+            .is_some_and(|(_, c)| c != WriteControl::Proceed)
+    }
+
     /// Region `i`'s immutable memtables the design must keep room for
     /// (`Design::write_control`): all but one whose flush has built its
     /// output (which then holds its room) and awaits its edit.
@@ -637,32 +644,29 @@ impl Inner {
         ];
         st.pacer.sample(now, admitted, [Some(mem), design], busy);
         if let Some(cpu) = &self.compaction_cpu {
-            let held = st
-                .control
-                .cache
-                .is_some_and(|(_, c)| c != WriteControl::Proceed);
             let urgent = background_urgent(
                 !cpu.is_idle(),
                 st.pacer.rate(),
                 self.admitted.recent(),
-                held,
+                st.writes_held(),
             );
             cpu.set_idle(!urgent);
         }
     }
 
     /// Puts the compaction threads back under `SCHED_IDLE` once no write
-    /// has sampled the pacer for [`QUIET`]: reads after a fill then find
-    /// the cores the compaction paying its debt would otherwise share.
-    /// Called by the flush thread between jobs (at least every 200 ms).
-    /// REQUIRES: `state` locked.
+    /// has sampled the pacer for [`QUIET`] and none is delayed or stopped
+    /// (writers waiting in a stop sample nothing, and compaction is what
+    /// frees them): reads after a fill then find the cores the compaction
+    /// paying its debt would otherwise share. Called by the flush thread
+    /// between jobs (at least every 200 ms). REQUIRES: `state` locked.
     pub(super) fn relax_compaction_cpu(&self, st: &State, now: Instant) {
         if let Some(cpu) = &self.compaction_cpu {
             let quiet = st
                 .pacer
                 .last_sample()
                 .is_none_or(|t| now.saturating_duration_since(t) >= QUIET);
-            if quiet {
+            if quiet && !st.writes_held() {
                 cpu.set_idle(true);
             }
         }
