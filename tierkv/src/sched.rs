@@ -81,7 +81,8 @@ impl ThreadGroup {
     }
 
     /// The members' thread ids now.
-    pub fn members(&self) -> Vec<i64> {
+    #[cfg(test)]
+    fn members(&self) -> Vec<i64> {
         self.tids.lock().clone()
     }
 
@@ -140,14 +141,15 @@ pub fn current() -> Option<Arc<ThreadGroup>> {
     GROUP.with(|g| g.borrow().clone())
 }
 
+/// The calling thread's id (0 elsewhere than on Linux).
 #[cfg(target_os = "linux")]
-fn this_tid() -> i64 {
+pub(crate) fn this_tid() -> i64 {
     // SAFETY: gettid has no preconditions.
     i64::from(unsafe { libc::gettid() })
 }
 
 #[cfg(not(target_os = "linux"))]
-fn this_tid() -> i64 {
+pub(crate) fn this_tid() -> i64 {
     0
 }
 
@@ -175,7 +177,7 @@ pub fn can_leave_idle() -> bool {
 /// Moves thread `tid` to `SCHED_IDLE` or `SCHED_OTHER` (its niceness
 /// stays as it is).
 #[cfg(target_os = "linux")]
-fn set_policy(tid: i64, idle: bool) -> std::io::Result<()> {
+pub(crate) fn set_policy(tid: i64, idle: bool) -> std::io::Result<()> {
     let policy = if idle {
         libc::SCHED_IDLE
     } else {
@@ -193,7 +195,7 @@ fn set_policy(tid: i64, idle: bool) -> std::io::Result<()> {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn set_policy(_tid: i64, _idle: bool) -> std::io::Result<()> {
+pub(crate) fn set_policy(_tid: i64, _idle: bool) -> std::io::Result<()> {
     Ok(())
 }
 

@@ -116,18 +116,19 @@ fn background_threads_run_at_the_priority_asked_for() {
         },
     );
     // The compaction threads only: the flush thread keeps its priority.
+    let compaction_idle = |name: &str| match name {
+        "tierkv-bg-0" => base,
+        _ => Priority {
+            policy: libc::SCHED_IDLE as i64,
+            ..base
+        },
+    };
     check_each(
         |o| {
             o.background_threads = 3;
             o.compaction_sched_idle = true;
         },
-        |name| match name {
-            "tierkv-bg-0" => base,
-            _ => Priority {
-                policy: libc::SCHED_IDLE as i64,
-                ..base
-            },
-        },
+        compaction_idle,
     );
     // Adaptive: the compaction threads start under SCHED_IDLE (nothing
     // presses them yet), the flush thread keeps its priority; writes that
@@ -140,13 +141,7 @@ fn background_threads_run_at_the_priority_asked_for() {
                 o.background_threads = 3;
                 o.adaptive_compaction_priority = true;
             },
-            |name| match name {
-                "tierkv-bg-0" => base,
-                _ => Priority {
-                    policy: libc::SCHED_IDLE as i64,
-                    ..base
-                },
-            },
+            compaction_idle,
         );
     } else {
         let o = Options {

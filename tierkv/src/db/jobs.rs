@@ -92,18 +92,8 @@ fn lower_priority(nice: i32) {
 /// threads it starts inherit it. A
 /// failure costs latency, not correctness: logged, and the thread goes on.
 fn idle_policy() {
-    #[cfg(target_os = "linux")]
-    {
-        let param = libc::sched_param { sched_priority: 0 };
-        // SAFETY: a plain system call on the calling thread (pid 0) with a
-        // valid parameter block.
-        let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
-        if r != 0 {
-            log::warn!(
-                "could not put the background thread under SCHED_IDLE: {}",
-                std::io::Error::last_os_error()
-            );
-        }
+    if let Err(e) = crate::sched::set_policy(crate::sched::this_tid(), true) {
+        log::warn!("could not put the background thread under SCHED_IDLE: {e}");
     }
 }
 
