@@ -49,7 +49,7 @@
 //! every configuration; `--rate_of each`: each configuration's own). Each
 //! point's record carries `sweep` (the listed value, the base rate, the
 //! latency target); `report` draws latency against offered load and finds
-//! the highest rate meeting the target.
+//! the highest rate meeting the target with every lower rate meeting it.
 
 use std::io::{IsTerminal as _, Write as _};
 use std::path::{Path, PathBuf};
