@@ -892,9 +892,25 @@ fn value_sizes<DB: DrawingBackend>(
             .map(|r| (lx(r.value_size), r.mb_per_sec))
             .collect();
         pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        // Several runs at one size: the line goes through their mean,
+        // each run stays a dot (no vertical zigzag between runs).
+        let mut line: Vec<(f64, f64, u32)> = Vec::new();
+        for &(x, y) in &pts {
+            match line.last_mut() {
+                Some(l) if l.0 == x => {
+                    l.1 += y;
+                    l.2 += 1;
+                }
+                _ => line.push((x, y, 1)),
+            }
+        }
+        let line: Vec<(f64, f64)> = line
+            .into_iter()
+            .map(|(x, y, n)| (x, y / f64::from(n)))
+            .collect();
         let col = colors.of(c);
         chart
-            .draw_series(LineSeries::new(pts.clone(), col.stroke_width(2)))
+            .draw_series(LineSeries::new(line, col.stroke_width(2)))
             .map_err(perr)?
             .label(c.to_string())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], col.stroke_width(2)));
