@@ -17,8 +17,13 @@
 //! 1. **β, step 1**: a RangeTab with a sealed buffer — one a flush sealed
 //!    because it passed β or because the next chunk did not fit (every
 //!    sealed buffer is a candidate, or one sealed below β would sit there
-//!    while its sibling fills and the flush blocks). Highest fill first.
-//!    The RangeTab's sealed buffers (its oldest) merge into L1.
+//!    while its sibling fills and the flush blocks). A RangeTab with both
+//!    buffers sealed first (ours, not with the faithful picker: the flush
+//!    waits on it), then highest fill first. The RangeTab's sealed
+//!    buffers (its oldest) merge into L1. (Highest fill alone left the
+//!    RangeTab a flush waited on behind the other sealed ones: at the
+//!    1/16 setup's 64 RangeTabs, a 1.32 s `pm-full` stall that ended
+//!    with the last of 43 merges in a row.)
 //! 2. **Leveled**: an L1+ level whose score is ≥ 1 (classic scores with
 //!    L1 = `l1_size_bytes`, the PM size in the benchmark: flattened).
 //! 3. **α, step 2** (trigger: average write-buffer fill ≥ α): among
@@ -160,22 +165,35 @@ fn sealed_prefix(rt: &RtView, r: u32) -> Vec<&Buf> {
         .collect()
 }
 
+/// True if both buffers of `r` are sealed: a flush with a chunk for `r`
+/// waits until one of them is merged.
+fn blocked(rt: &RtView, r: u32) -> bool {
+    rt.pair(r).into_iter().all(|b| b.rec.state == State::Sealed)
+}
+
 /// Step 1 (`beta`: only buffers past β, the faithful picker; 0: every
-/// sealed buffer).
-pub fn pick_beta(rt: &RtView, v: &Version, cx: &PickContext, beta: f64) -> Option<Task> {
+/// sealed buffer). `blocked_first`: a RangeTab a flush waits on goes
+/// before any other (the sound picker).
+pub fn pick_beta(
+    rt: &RtView,
+    v: &Version,
+    cx: &PickContext,
+    beta: f64,
+    blocked_first: bool,
+) -> Option<Task> {
     let cap = rt.layout.capacity_bytes as f64;
-    let mut cands: Vec<(f64, u32)> = (0..rt.layout.count)
+    let mut cands: Vec<(bool, f64, u32)> = (0..rt.layout.count)
         .filter_map(|r| {
             let sealed = sealed_prefix(rt, r);
             let first = sealed.first()?;
             let ratio = first.used() as f64 / cap;
-            (ratio >= beta).then_some((ratio, r))
+            (ratio >= beta).then_some((blocked_first && blocked(rt, r), ratio, r))
         })
         .collect();
-    cands.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    cands.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.total_cmp(&a.1)).then(a.2.cmp(&b.2)));
     cands
         .into_iter()
-        .find_map(|(_, r)| merge_task(v, cx, BETA, &sealed_prefix(rt, r), Vec::new()))
+        .find_map(|(_, _, r)| merge_task(v, cx, BETA, &sealed_prefix(rt, r), Vec::new()))
 }
 
 /// A write buffer steps 2–3 may take: `r` has no sealed buffer, its other
@@ -294,7 +312,7 @@ pub const L1_OVERDUE_SCORE: f64 = 1.0;
 
 /// True if some RangeTab has both buffers sealed: its flushes wait.
 pub fn any_blocked(rt: &RtView) -> bool {
-    (0..rt.layout.count).any(|r| rt.pair(r).into_iter().all(|b| b.rec.state == State::Sealed))
+    (0..rt.layout.count).any(|r| blocked(rt, r))
 }
 
 /// The next task (module docs).
@@ -312,7 +330,7 @@ pub fn pick(
             return Some(t.clone());
         }
     }
-    if let Some(t) = pick_beta(rt, v, cx, beta) {
+    if let Some(t) = pick_beta(rt, v, cx, beta, !th.faithful) {
         return Some(t);
     }
     if let Some((_, t)) = level {
