@@ -23,6 +23,11 @@ use crate::version::Version;
 use super::{Inner, State};
 
 pub(super) fn start_background(inner: &Arc<Inner>) -> Vec<JoinHandle<()>> {
+    let nice = inner.opts.background_nice;
+    inner.deleter.start(Arc::clone(&inner.fs), move || {
+        lower_priority(nice);
+        crate::storage::limiter::mark_background();
+    });
     let n = inner.opts.background_threads;
     (0..n)
         .map(|i| {
@@ -172,17 +177,9 @@ impl Inner {
                 if st.shutting_down {
                     return;
                 }
-                // The flush thread frees PM only (a flush may wait for the
-                // pages); unlinking SST files is the compaction threads'.
-                let ssd_files = role != Role::Flush;
-                let pending = if ssd_files {
-                    !self.versions.ctx().obsolete.lock().is_empty()
-                } else {
-                    self.obsolete_in_pm()
-                };
-                if pending {
+                if !self.versions.ctx().obsolete.lock().is_empty() {
                     drop(st);
-                    self.release_obsolete_tiers(ssd_files);
+                    self.release_obsolete();
                     st = self.state.lock();
                     continue;
                 }
@@ -245,18 +242,17 @@ impl Inner {
             // retired super version's) is dropped after `state` is unlocked.
             drop(work);
             self.reap_super_versions();
-            // Writers waiting on this job go first; then the unlinks, which
-            // take milliseconds per file. A flush thread leaves the tables
-            // compactions made obsolete to the compaction threads, so that
-            // deleting them never holds up the next flush.
+            // Writers waiting on this job go first; then the storage it
+            // made obsolete: the flushed logs, unlinked here, so that the
+            // WALs alive never run ahead of the memtables they back; the
+            // tables, queued for the deleter thread (unlinking a 64 MiB SST
+            // takes milliseconds, and no job waits for one).
             self.done_cv.notify_all();
             self.bg_cv.notify_all();
             for n in dead_wals {
                 let _ = self.fs.remove(&self.dir.join(wal_name(n)));
             }
-            if role != Role::Flush {
-                self.release_obsolete();
-            }
+            self.release_obsolete();
             st = self.state.lock();
         }
     }
@@ -334,8 +330,7 @@ impl Inner {
 
     /// Flushes `mem`, the oldest immutable memtable of `region`; returns
     /// the SSD WALs it made obsolete, for the caller to delete once the
-    /// writers waiting on the flush are released (unlinking a
-    /// memtable-sized log takes milliseconds).
+    /// writers waiting on the flush are released.
     fn run_flush(&self, region: usize, mem: &Arc<MemTable>) -> Result<Vec<u64>> {
         // With regions sharing the WAL, this flush makes one region's records
         // durable ahead of the others' in the same logs: make the retired

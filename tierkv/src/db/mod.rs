@@ -226,6 +226,8 @@ struct Inner {
     /// (README "Reads": 29% of the time in readwhilewriting's slowest
     /// reads was the reader freeing a memtable).
     retired_super_versions: Mutex<Vec<Arc<SuperVersion>>>,
+    /// Unlinks obsolete SST files off the flush and compaction threads.
+    deleter: obsolete::Deleter,
     /// Compaction's SSD writes against foreground reads
     /// (`Options::background_io_autotune`).
     limiter: Option<Arc<crate::storage::limiter::BackgroundLimiter>>,
@@ -524,6 +526,7 @@ impl Db {
         // owner): the retired versions' storage is released with the rest.
         self.inner.reap_super_versions();
         self.inner.release_obsolete();
+        self.inner.deleter.stop();
         // Record a clean close (CLOSED: the manifest's and the WALs'
         // lengths) only if everything got out whole.
         if r.is_ok() && self.inner.state.lock().bg_error.is_none() {

@@ -349,6 +349,7 @@ fn open_locked(
         admitted: RateMeter::new(),
         super_version: RwLock::new(Arc::new(sv)),
         retired_super_versions: Mutex::new(Vec::new()),
+        deleter: super::obsolete::Deleter::new(),
         limiter,
         compaction_cpu: (options.adaptive_compaction_priority && cfg!(target_os = "linux"))
             .then(|| crate::sched::ThreadGroup::new(true)),
