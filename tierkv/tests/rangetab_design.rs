@@ -256,6 +256,20 @@ fn boundary_sources_hash_index_and_reuse() {
         }
         let table = db.property("tierkv.stats").expect("stats");
         assert!(table.contains("rangetab.hash_index_bytes"), "{table}");
+        // The level shape the picker works to (what the steady-state
+        // benchmark measures debt against): one buffer per RangeTab for
+        // L0, then L1 and × the multiplier below.
+        let t = db
+            .stats()
+            .level_targets
+            .expect("rangetab reports level targets");
+        assert_eq!(t.l0_tables, None, "{name}");
+        assert_eq!(t.bytes.len(), 4, "{name}");
+        assert_eq!(t.bytes[0], 4 * (64 << 10), "{name}");
+        assert!(
+            t.bytes[1] > 0 && t.bytes[2] == 4 * t.bytes[1],
+            "{name}: {t:?}"
+        );
         db.close().expect("close");
         // After a restart the indexes are rebuilt on first read.
         let db = open(o);

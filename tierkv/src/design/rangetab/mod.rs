@@ -1940,6 +1940,20 @@ impl Design for RangeTab {
                 >> 20)
     }
 
+    /// L0 is the RangeTabs, bounded by construction at two buffers each:
+    /// its target is one buffer per RangeTab (the write buffers; a sealed
+    /// buffer waiting for its merge is debt), unknown (0, not judged)
+    /// until the layout exists. L1 and below as the picker's leveled
+    /// compactions work to them (`l1_size_bytes`, × the multiplier).
+    fn level_targets(&self, v: &Version) -> Option<crate::design::LevelTargets> {
+        let l0 = self.s.rt_view(v).ok().flatten().map_or(0, |rt| {
+            u64::from(rt.layout.count) * rt.layout.capacity_bytes
+        });
+        Some(leveled::level_targets(v, None, l0, |l| {
+            self.leveled.level_target_bytes(l)
+        }))
+    }
+
     fn stats(&self, versions: &[Arc<Version>]) -> Vec<(String, String)> {
         let _ = versions;
         let c = &self.s.counters;
