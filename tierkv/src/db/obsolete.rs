@@ -211,8 +211,15 @@ impl Deleter {
     }
 }
 
+/// Removes `path`; a file already gone is what was wanted (the MANIFEST's
+/// replay at open marks every table its history deleted, most of them
+/// long unlinked: one `warn` each was noise, not news).
 fn remove_file(fs: &dyn FileSystem, path: &std::path::Path) {
-    if let Err(e) = fs.remove(path) {
-        log::warn!("could not remove obsolete {}: {e}", path.display());
+    match fs.remove(path) {
+        Ok(()) => {}
+        Err(crate::Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            log::debug!("obsolete {} was already gone", path.display());
+        }
+        Err(e) => log::warn!("could not remove obsolete {}: {e}", path.display()),
     }
 }
