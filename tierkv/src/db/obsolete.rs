@@ -167,9 +167,9 @@ impl Deleter {
         }
     }
 
-    /// Starts the thread; `setup` runs on it first (its priority, its
-    /// I/O class). If the thread cannot be started, files go on being
-    /// removed by the caller.
+    /// Starts the thread; `setup` runs on it first (the background
+    /// threads' niceness, the limiter's background mark). If the thread
+    /// cannot be started, files go on being removed by the caller.
     pub(super) fn start(&self, fs: Arc<dyn FileSystem>, setup: impl FnOnce() + Send + 'static) {
         let (tx, rx) = mpsc::channel::<PathBuf>();
         let spawned = std::thread::Builder::new()
