@@ -24,7 +24,7 @@ use super::{Inner, State};
 
 pub(super) fn start_background(inner: &Arc<Inner>) -> Vec<JoinHandle<()>> {
     let nice = inner.opts.background_nice;
-    inner.deleter.start(Arc::clone(&inner.fs), move || {
+    inner.deleter.start(move || {
         lower_priority(nice);
         crate::storage::limiter::mark_background();
     });

@@ -79,8 +79,7 @@ impl Inner {
             self.done_cv.notify_all();
         }
         for m in ssd_tables {
-            self.deleter
-                .remove(self.fs.as_ref(), self.versions.ctx().sst_path(m.id));
+            self.deleter.remove(self.versions.ctx().sst_path(m.id));
         }
     }
 
@@ -154,14 +153,16 @@ impl Inner {
 /// next open removes it. Table file numbers are never reused, so a late
 /// unlink never meets a newer file of the same name.
 pub(super) struct Deleter {
+    fs: Arc<dyn FileSystem>,
     queue: Mutex<Option<mpsc::Sender<PathBuf>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Deleter {
-    /// A deleter that removes files on the caller's thread until started.
-    pub(super) fn new() -> Deleter {
+    /// A deleter of files in `fs`, on the caller's thread until started.
+    pub(super) fn new(fs: Arc<dyn FileSystem>) -> Deleter {
         Deleter {
+            fs,
             queue: Mutex::new(None),
             thread: Mutex::new(None),
         }
@@ -170,8 +171,9 @@ impl Deleter {
     /// Starts the thread; `setup` runs on it first (the background
     /// threads' niceness, the limiter's background mark). If the thread
     /// cannot be started, files go on being removed by the caller.
-    pub(super) fn start(&self, fs: Arc<dyn FileSystem>, setup: impl FnOnce() + Send + 'static) {
+    pub(super) fn start(&self, setup: impl FnOnce() + Send + 'static) {
         let (tx, rx) = mpsc::channel::<PathBuf>();
+        let fs = Arc::clone(&self.fs);
         let spawned = std::thread::Builder::new()
             .name("tierkv-rm".into())
             .spawn(move || {
@@ -190,7 +192,7 @@ impl Deleter {
     }
 
     /// Removes `path`: queued for the thread while it runs, else at once.
-    pub(super) fn remove(&self, fs: &dyn FileSystem, path: PathBuf) {
+    pub(super) fn remove(&self, path: PathBuf) {
         let path = match self.queue.lock().as_ref() {
             Some(tx) => match tx.send(path) {
                 Ok(()) => return,
@@ -198,7 +200,7 @@ impl Deleter {
             },
             None => path,
         };
-        remove_file(fs, &path);
+        remove_file(self.fs.as_ref(), &path);
     }
 
     /// Removes every file queued and stops the thread; later removals are

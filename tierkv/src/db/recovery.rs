@@ -318,6 +318,7 @@ fn open_locked(
             })
             .collect(),
     };
+    let deleter = super::obsolete::Deleter::new(Arc::clone(&fs));
     let inner = Arc::new(Inner {
         dir,
         fs,
@@ -349,7 +350,7 @@ fn open_locked(
         admitted: RateMeter::new(),
         super_version: RwLock::new(Arc::new(sv)),
         retired_super_versions: Mutex::new(Vec::new()),
-        deleter: super::obsolete::Deleter::new(),
+        deleter,
         limiter,
         compaction_cpu: (options.adaptive_compaction_priority && cfg!(target_os = "linux"))
             .then(|| crate::sched::ThreadGroup::new(true)),
