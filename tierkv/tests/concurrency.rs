@@ -337,9 +337,38 @@ fn soak(design: tierkv::Preset, duration: std::time::Duration) {
 }
 
 /// A file system that names the thread of every SST removal.
+/// A file system that records each SST removal: the removing thread's
+/// name and the file's.
 struct RemovalWitness {
     inner: MemFs,
-    removals: std::sync::Mutex<Vec<String>>,
+    removals: std::sync::Mutex<Vec<(String, String)>>,
+}
+
+impl RemovalWitness {
+    fn new() -> Arc<RemovalWitness> {
+        Arc::new(RemovalWitness {
+            inner: MemFs::new(),
+            removals: std::sync::Mutex::new(Vec::new()),
+        })
+    }
+
+    fn take_removals(&self) -> Vec<(String, String)> {
+        std::mem::take(&mut *self.removals.lock().expect("removals"))
+    }
+}
+
+/// Small tables and an eager L0 trigger: compactions replace tables often.
+fn churn_options(fs: Arc<RemovalWitness>) -> Options {
+    Options {
+        fs,
+        memtable_size_bytes: 64 << 10,
+        sst_size_bytes: 64 << 10,
+        l1_size_bytes: 256 << 10,
+        l0_compaction_trigger: 2,
+        block_size_bytes: 1024,
+        background_threads: 2,
+        ..Options::default()
+    }
 }
 
 impl tierkv::storage::FileSystem for RemovalWitness {
@@ -364,8 +393,10 @@ impl tierkv::storage::FileSystem for RemovalWitness {
     }
     fn remove(&self, path: &std::path::Path) -> tierkv::Result<()> {
         if path.extension().is_some_and(|e| e == "sst") {
-            let name = thread::current().name().unwrap_or("?").to_string();
-            self.removals.lock().expect("removals").push(name);
+            let thread = thread::current().name().unwrap_or("?").to_string();
+            let file = path.file_name().unwrap_or_default();
+            let file = file.to_string_lossy().into_owned();
+            self.removals.lock().expect("removals").push((thread, file));
         }
         self.inner.remove(path)
     }
@@ -400,21 +431,8 @@ impl tierkv::storage::FileSystem for RemovalWitness {
 /// may queue behind them. The deleter thread (`tierkv-rm`) does.
 #[test]
 fn obsolete_files_are_unlinked_by_the_deleter_thread() {
-    let fs = Arc::new(RemovalWitness {
-        inner: MemFs::new(),
-        removals: std::sync::Mutex::new(Vec::new()),
-    });
-    let o = Options {
-        fs: fs.clone(),
-        memtable_size_bytes: 64 << 10,
-        sst_size_bytes: 64 << 10,
-        l1_size_bytes: 256 << 10,
-        l0_compaction_trigger: 2,
-        block_size_bytes: 1024,
-        background_threads: 2,
-        ..Options::default()
-    };
-    let db = Db::open(PathBuf::from("/db"), o).expect("open");
+    let fs = RemovalWitness::new();
+    let db = Db::open(PathBuf::from("/db"), churn_options(fs.clone())).expect("open");
     let value = vec![7u8; 1000];
     for round in 0..4u32 {
         for i in 0..2000u32 {
@@ -427,10 +445,10 @@ fn obsolete_files_are_unlinked_by_the_deleter_thread() {
     }
     db.close().expect("close");
     {
-        let mut removals = fs.removals.lock().expect("removals");
+        let removals = fs.removals.lock().expect("removals");
         assert!(!removals.is_empty(), "no compaction removed a table");
         assert!(
-            removals.iter().all(|t| t == "tierkv-rm"),
+            removals.iter().all(|(t, _)| t == "tierkv-rm"),
             "a thread other than the deleter removed SST files: {removals:?}"
         );
     }
@@ -456,4 +474,47 @@ fn obsolete_files_are_unlinked_by_the_deleter_thread() {
     let after = list();
     let gone: Vec<_> = before.iter().filter(|n| !after.contains(n)).collect();
     assert!(gone.is_empty(), "close left unreferenced tables: {gone:?}");
+}
+
+/// An open replays the manifest's whole history, whose edits deleted every
+/// table a compaction ever replaced. It removes the files of those tables
+/// still on disk (a crash between an edit and its unlinks leaves them), and
+/// attempts nothing for the rest: before, a reopen tried one unlink per
+/// table the database had ever deleted (1,252 for a small test database).
+#[test]
+fn reopen_removes_leftover_tables_only() {
+    let fs = RemovalWitness::new();
+    let db = Db::open(PathBuf::from("/db"), churn_options(fs.clone())).expect("open");
+    let value = vec![7u8; 1000];
+    for i in 0..6000u32 {
+        let k = format!("k{:06}", (i * 7919) % 5000);
+        db.put(k.as_bytes(), &value).expect("put");
+    }
+    db.close().expect("close");
+    let deleted = fs.take_removals();
+    assert!(deleted.len() >= 10, "too little history: {deleted:?}");
+    // A table a recorded edit deleted whose file a crash left behind.
+    let leftover = deleted[0].1.clone();
+    {
+        use tierkv::storage::FileSystem;
+        let path = std::path::Path::new("/db").join(&leftover);
+        let mut f = fs.inner.create(&path, Default::default()).expect("create");
+        f.append(b"a table a crash left behind").expect("append");
+        f.sync().expect("sync");
+    }
+    let o = Options {
+        fs: fs.clone(),
+        ..Options::default()
+    };
+    Db::open(PathBuf::from("/db"), o)
+        .expect("reopen")
+        .close()
+        .expect("close");
+    let at_open: Vec<String> = fs
+        .take_removals()
+        .into_iter()
+        .filter(|(thread, _)| thread != "tierkv-rm")
+        .map(|(_, file)| file)
+        .collect();
+    assert_eq!(at_open, vec![leftover], "the open removed other tables");
 }

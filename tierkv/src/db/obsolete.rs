@@ -27,6 +27,9 @@ pub(super) struct Salvage {
     pub manifest_torn: bool,
     /// WAL files to keep.
     pub damaged_wals: Vec<u64>,
+    /// Tables a recorded edit deleted: a file of one is removed even when
+    /// the manifest is torn (the recorded history says it is not needed).
+    pub deleted_tables: HashSet<u64>,
 }
 
 impl Inner {
@@ -105,7 +108,8 @@ impl Inner {
             };
             let (remove, keep) = if let Some(n) = number(".sst") {
                 let dead = !live.contains(&n);
-                (dead, dead && salvage.manifest_torn)
+                let deleted = salvage.deleted_tables.contains(&n);
+                (dead, dead && salvage.manifest_torn && !deleted)
             } else if let Some(n) = number(".log") {
                 let dead = n < log_number;
                 (dead, dead && salvage.damaged_wals.contains(&n))

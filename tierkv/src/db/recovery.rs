@@ -54,7 +54,7 @@ use crate::key::SeqNo;
 use crate::memtable::MemTable;
 use crate::options::{Options, WalPlacement, WalRecovery};
 use crate::sst::{BlockCache, TableCounters};
-use crate::stats::{StatsRecorder, Tier};
+use crate::stats::StatsRecorder;
 use crate::storage::alloc::PageRun;
 use crate::storage::limiter::{BackgroundLimiter, GovernedFs};
 use crate::storage::pm::PmTier;
@@ -204,14 +204,10 @@ fn open_locked(
         )?;
         (vs, Recovered::default())
     };
-    // PM runs that manifest replay saw released were freed before the
-    // crash (or leaked, and `reconcile` below reclaims them); freeing
-    // them again could free pages a later table reuses.
-    versions
-        .ctx()
-        .obsolete
-        .lock()
-        .retain(|m| m.tier != Tier::Pm);
+    // Manifest replay marks nothing obsolete: PM runs it saw released were
+    // freed before the crash (or leaked, and `reconcile` below reclaims
+    // them), and freeing them again could free pages a later table reuses.
+    debug_assert!(versions.ctx().obsolete.lock().is_empty());
 
     // Pages a crash left allocated but unrecorded go back before anything
     // allocates (the PM tier may be nearly full), the recovery hook
@@ -375,6 +371,7 @@ fn open_locked(
     inner.remove_obsolete_files(&Salvage {
         manifest_torn: recovered.manifest_torn_at.is_some(),
         damaged_wals: replay.damaged_wals,
+        deleted_tables: recovered.deleted_tables,
     })?;
     Ok(inner)
 }

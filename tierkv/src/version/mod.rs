@@ -304,6 +304,13 @@ impl Removed {
             t.mark_obsolete();
         }
     }
+
+    /// The removed tables' ids, leaving them unmarked: for manifest replay
+    /// at open, where a removal is history — its storage was released
+    /// before the crash, or is a leftover the open finds by listing.
+    pub fn into_ids(self) -> impl Iterator<Item = u64> {
+        self.0.into_iter().map(|t| t.meta.id)
+    }
 }
 
 /// An immutable set of tables arranged in levels.

@@ -91,6 +91,9 @@ pub struct Recovered {
     /// What the manifest says created the database (empty for databases
     /// created before the identity record existed).
     pub identity: DbIdentity,
+    /// Tables a replayed edit deleted. Their files are normally gone; one a
+    /// crash left behind is deleted at open, never kept in `lost/`.
+    pub deleted_tables: std::collections::HashSet<u64>,
 }
 
 /// The current version and its manifest.
@@ -274,12 +277,19 @@ impl VersionSet {
                         format!("edit names region {} of {regions}", e.region),
                     )
                 })?;
-                *v = v.apply(&e, &ctx).map_err(|err| match err {
+                // Replay marks nothing obsolete: releasing every table the
+                // history ever deleted would cost one unlink per table the
+                // database ever had (and free PM pages later tables reuse).
+                // The ids tell the open's cleanup which leftover files a
+                // recorded edit deleted.
+                let (next, removed) = v.apply_pending(&e, &ctx).map_err(|err| match err {
                     Error::Corruption { what, .. } => {
                         Error::corruption(source.clone(), offset, what)
                     }
                     other => other,
                 })?;
+                *v = next;
+                rec.deleted_tables.extend(removed.into_ids());
                 if let Some(n) = e.log_number {
                     rec.region_log_numbers[e.region as usize] = n;
                 }
