@@ -51,7 +51,8 @@ fuzz_target!(|data: &[u8]| {
     };
     let total = a.total_pages();
     let start = a.data_start_page();
-    let count_free = |a: &PageAllocator| (start..total).filter(|&p| !a.is_allocated(p)).count() as u64;
+    let count_free =
+        |a: &PageAllocator| (start..total).filter(|&p| !a.is_allocated(p)).count() as u64;
     assert_eq!(a.free_pages(), count_free(&a), "free count after open");
     let mut runs: Vec<PageRun> = Vec::new();
     for chunk in rest.chunks(3).skip(1).take(200) {
@@ -84,7 +85,11 @@ fuzz_target!(|data: &[u8]| {
     let b = PageAllocator::open(Arc::clone(&region)).expect("reopen");
     for p in 0..total {
         if p >= start {
-            assert_eq!(a.is_allocated(p), b.is_allocated(p), "page {p} after reopen");
+            assert_eq!(
+                a.is_allocated(p),
+                b.is_allocated(p),
+                "page {p} after reopen"
+            );
         }
     }
 });

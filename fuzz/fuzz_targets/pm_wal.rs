@@ -102,11 +102,9 @@ fuzz_target!(|data: &[u8]| {
             let _ = sim.write(data_at, &bytes);
         }
     }
-    let check = |e: tierkv::Error| {
-        match &e {
-            tierkv::Error::Corruption { at, .. } => assert_eq!(at.source, region.name()),
-            other => panic!("not a corruption: {other}"),
-        }
+    let check = |e: tierkv::Error| match &e {
+        tierkv::Error::Corruption { at, .. } => assert_eq!(at.source, region.name()),
+        other => panic!("not a corruption: {other}"),
     };
     for &(at, _, log) in &extents {
         match PmLog::extents(region.as_ref(), at) {

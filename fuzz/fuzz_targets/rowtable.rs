@@ -59,20 +59,28 @@ fuzz_target!(|data: &[u8]| {
         + u64::from(u32_at(&h, 52));
     if mode & 2 != 0 && m + meta_len <= REGION as u64 {
         let body = sim
-            .slice(m + rowtable::HEADER_BYTES as u64, (meta_len - rowtable::HEADER_BYTES as u64) as usize)
+            .slice(
+                m + rowtable::HEADER_BYTES as u64,
+                (meta_len - rowtable::HEADER_BYTES as u64) as usize,
+            )
             .unwrap()
             .to_vec();
-        sim.write(m + 64, &crc32c::crc32c(&body).to_le_bytes()).unwrap();
+        sim.write(m + 64, &crc32c::crc32c(&body).to_le_bytes())
+            .unwrap();
     }
     if mode & 4 != 0 {
         let x = u32_at(&h, 48) as u64;
         for i in 0..x.min(64) {
             let at = m + rowtable::HEADER_BYTES as u64 + i * rowtable::EXTENT_BYTES as u64;
-            let Ok(e) = sim.slice(at, rowtable::EXTENT_BYTES) else { break };
+            let Ok(e) = sim.slice(at, rowtable::EXTENT_BYTES) else {
+                break;
+            };
             let e = e.to_vec();
             let first = u64::from_le_bytes(e[0..8].try_into().unwrap());
             let used = u64::from(u32_at(&e, 16));
-            let Some(start) = first.checked_mul(PAGE) else { continue };
+            let Some(start) = first.checked_mul(PAGE) else {
+                continue;
+            };
             if let Ok(d) = sim.slice(start, used as usize) {
                 let c = crc32c::crc32c(d);
                 sim.write(at + 20, &c.to_le_bytes()).unwrap();
@@ -81,7 +89,8 @@ fuzz_target!(|data: &[u8]| {
     }
     if mode & 1 != 0 {
         let h = sim.slice(m, 72).unwrap().to_vec();
-        sim.write(m + 72, &crc32c::crc32c(&h).to_le_bytes()).unwrap();
+        sim.write(m + 72, &crc32c::crc32c(&h).to_le_bytes())
+            .unwrap();
     }
 
     let (expect, run) = match rowtable::read_header(region.as_ref(), meta_page) {
@@ -167,7 +176,10 @@ impl PageSource for Bump {
         if count < min || count == 0 {
             return Err(tierkv::Error::InvalidArgument("region full".into()));
         }
-        let run = PageRun { first: *next, count };
+        let run = PageRun {
+            first: *next,
+            count,
+        };
         *next += count;
         Ok(run)
     }
@@ -192,7 +204,12 @@ fn build_then_damage(sim: &SimRegion, region: &Arc<dyn PmRegion>, input: &[u8]) 
         let key = [key, (i as u32).to_be_bytes().to_vec()].concat();
         let value = vec![b; usize::from(b % 7) * 97];
         let kind = if b % 5 == 0 { Kind::Delete } else { Kind::Put };
-        mem.add(1 + i as u64, kind, &key, if kind == Kind::Put { &value } else { &[] });
+        mem.add(
+            1 + i as u64,
+            kind,
+            &key,
+            if kind == Kind::Put { &value } else { &[] },
+        );
     }
     let pages = Bump(std::sync::Mutex::new(2));
     let built = rowtable::build(
@@ -216,4 +233,3 @@ fn build_then_damage(sim: &SimRegion, region: &Arc<dyn PmRegion>, input: &[u8]) 
     }
     Some(m)
 }
-
