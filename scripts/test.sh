@@ -24,6 +24,8 @@ fi
 # profile; a toolchain without it skips the check and says so).
 if cargo fmt --version >/dev/null 2>&1; then
   cargo fmt --all --check
+  # The fuzz targets live outside the workspace (cargo-fuzz's own crate).
+  rustfmt --check --edition 2021 fuzz/fuzz_targets/*.rs
 else
   echo "test.sh: rustfmt unavailable; formatting not checked" >&2
 fi
