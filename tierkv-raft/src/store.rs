@@ -679,10 +679,10 @@ impl StateMachine {
         self.shared.check(ErrorSubject::StateMachine)?;
         let mut applied = self.applied.clone();
         let mut responses = Vec::new();
-        // Values written earlier in this call (reads must see them).
+        // Values written since the last batch (reads must see them; those
+        // of earlier batches are in the store), their keys in first-write
+        // order, and the bytes their ops take.
         let mut pending: std::collections::HashMap<Vec<u8>, Option<Vec<u8>>> = Default::default();
-        // Keys written since the last batch, in first-write order, and
-        // the bytes their ops take.
         let mut dirty: Vec<Vec<u8>> = Vec::new();
         let mut dirty_bytes = 0usize;
         for e in entries {
@@ -717,40 +717,45 @@ impl StateMachine {
                     };
                     let size =
                         |v: &Option<Vec<u8>>| 16 + key.len() + v.as_ref().map_or(0, Vec::len);
-                    match pending.get(&key) {
-                        Some(old) if dirty.contains(&key) => dirty_bytes -= size(old),
-                        _ => dirty.push(key.clone()),
-                    }
                     dirty_bytes += size(&next);
-                    pending.insert(key, next);
+                    match pending.get_mut(&key) {
+                        Some(old) => {
+                            dirty_bytes -= size(old);
+                            *old = next;
+                        }
+                        None => {
+                            dirty.push(key.clone());
+                            pending.insert(key, next);
+                        }
+                    }
                     responses.push(Response {
                         prev: prev.map(|p| String::from_utf8_lossy(&p).into_owned()),
                     });
                 }
             }
             if dirty_bytes >= self.opts.batch_bytes {
-                self.write_applied(&mut dirty, &pending, &applied)?;
+                self.write_applied(&mut dirty, &mut pending, &applied)?;
                 dirty_bytes = 0;
             }
         }
         if applied.last_applied != self.applied.last_applied {
-            self.write_applied(&mut dirty, &pending, &applied)?;
+            self.write_applied(&mut dirty, &mut pending, &applied)?;
         }
         Ok(responses)
     }
 
-    /// Writes the current values of the `dirty` keys and `applied` in one
-    /// batch.
+    /// Writes the `pending` values of the `dirty` keys (moved out: reads
+    /// find them in the store from then on) and `applied` in one batch.
     fn write_applied(
         &mut self,
         dirty: &mut Vec<Vec<u8>>,
-        pending: &std::collections::HashMap<Vec<u8>, Option<Vec<u8>>>,
+        pending: &mut std::collections::HashMap<Vec<u8>, Option<Vec<u8>>>,
         applied: &AppliedState,
     ) -> Result<(), StorageError<NodeId>> {
         let mut ops = Vec::with_capacity(dirty.len() + 1);
         for key in dirty.drain(..) {
-            match pending.get(&key) {
-                Some(Some(v)) => ops.push(Op::Put(key, v.clone())),
+            match pending.remove(&key) {
+                Some(Some(v)) => ops.push(Op::Put(key, v)),
                 Some(None) => ops.push(Op::Delete(key)),
                 None => debug_assert!(false, "a dirty key has no pending value"),
             }
