@@ -43,7 +43,7 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
-use super::chunk::{self, Chunk, ChunkIter};
+use super::chunk::{self, Chunk, ChunkGroup, ChunkIter};
 use super::layout::{Layout, State};
 use crate::error::{Error, Result};
 use crate::iter::{Found, InternalIterator, MergingIterator, TableReader};
@@ -157,16 +157,90 @@ pub struct BufferReader {
     pub chunks: Vec<Arc<Chunk>>,
     /// Probe hash indexes.
     pub hash_index: bool,
+    /// With hash indexes: groups over `chunks[..covered]`, oldest first
+    /// (chunk.rs, "Groups of chunks"); the rest is probed chunk by chunk.
+    groups: Vec<Arc<ChunkGroup>>,
+    covered: usize,
 }
 
 impl BufferReader {
+    /// The reader of `chunks` (oldest first). With hash indexes, its chunk
+    /// groups are taken from `prev` (a reader of the same buffer with a
+    /// prefix of these chunks) where they cover the same chunks, and made
+    /// otherwise — their indexes built when the first read needs them,
+    /// unless the caller [`warm`](Self::warm)s them.
+    pub fn new(
+        r: u32,
+        slot: u8,
+        chunks: Vec<Arc<Chunk>>,
+        hash_index: bool,
+        prev: Option<&BufferReader>,
+        gauge: &Arc<AtomicU64>,
+    ) -> BufferReader {
+        let mut groups = Vec::new();
+        let mut covered = 0;
+        if hash_index {
+            let n = chunks.len();
+            for bit in (1..usize::BITS).rev() {
+                let len = 1usize << bit;
+                if n & len == 0 {
+                    continue;
+                }
+                let reused = prev.and_then(|p| {
+                    p.groups
+                        .iter()
+                        .find(|g| g.first == covered && g.len() == len)
+                        .cloned()
+                });
+                let group = reused.or_else(|| {
+                    let run = chunks[covered..covered + len].to_vec();
+                    ChunkGroup::new(covered, run, gauge).map(Arc::new)
+                });
+                match group {
+                    Some(g) => groups.push(g),
+                    // Too many entries to number: chunk by chunk from here.
+                    None => break,
+                }
+                covered += len;
+            }
+        }
+        BufferReader {
+            r,
+            slot,
+            chunks,
+            hash_index,
+            groups,
+            covered,
+        }
+    }
+
+    /// Builds every chunk group's index not built yet.
+    pub fn warm(&self) {
+        for g in &self.groups {
+            g.warm();
+        }
+    }
+
     /// The newest entry of `user_key` visible at `seq`.
     pub fn find(&self, user_key: &[u8], seq: SeqNo) -> Option<Found> {
-        let h = self.hash_index.then(|| chunk::key_hash(user_key));
-        self.chunks
+        if !self.hash_index {
+            return self
+                .chunks
+                .iter()
+                .rev()
+                .find_map(|c| c.get_hashed(user_key, None, seq));
+        }
+        let h = chunk::key_hash(user_key);
+        self.chunks[self.covered..]
             .iter()
             .rev()
-            .find_map(|c| c.get_hashed(user_key, h, seq))
+            .find_map(|c| c.get_hashed(user_key, Some(h), seq))
+            .or_else(|| {
+                self.groups
+                    .iter()
+                    .rev()
+                    .find_map(|g| g.get(user_key, h, seq))
+            })
     }
 
     /// Adds an iterator per chunk to `out`.
@@ -334,12 +408,14 @@ impl Readers {
                 ),
             ));
         }
-        Ok(BufferReader {
+        Ok(BufferReader::new(
             r,
             slot,
             chunks,
-            hash_index: self.hash_index,
-        })
+            self.hash_index,
+            None,
+            &self.index_bytes,
+        ))
     }
 
     /// The chunk at `at` of the buffer at `first_page`: the cached one if
@@ -396,6 +472,93 @@ impl Readers {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::key::{make_internal_key, Kind};
+    use crate::storage::sim::SimRegion;
+    use crate::storage::PmRegion;
+
+    /// Chunk groups answer every read as probing each chunk does: readers
+    /// of 1 to 21 chunks built flush by flush (each reusing the last one's
+    /// groups), keys updated and deleted across chunks, read at the newest
+    /// seqno and at every older one (snapshots).
+    #[test]
+    fn chunk_groups_answer_as_chunk_by_chunk_probes() {
+        let region: Arc<dyn PmRegion> = Arc::new(SimRegion::new(4 << 20));
+        let gauge = Arc::new(AtomicU64::new(0));
+        let mut chunks: Vec<Arc<Chunk>> = Vec::new();
+        let mut prev: Option<BufferReader> = None;
+        let (mut at, mut seq) = (0u64, 100u64);
+        for flush in 0..21u64 {
+            // Each flush writes 40 of 97 keys, some as deletes.
+            let mut entries: Vec<(Vec<u8>, Vec<u8>)> = (0..40u64)
+                .map(|i| {
+                    let k = format!("key{:03}", (i * 7 + flush * 13) % 97);
+                    seq += 1;
+                    let kind = if (i + flush) % 9 == 0 {
+                        Kind::Delete
+                    } else {
+                        Kind::Put
+                    };
+                    let v = match kind {
+                        Kind::Delete => Vec::new(),
+                        _ => format!("v{flush}-{i}").into_bytes(),
+                    };
+                    (make_internal_key(k.as_bytes(), seq, kind), v)
+                })
+                .collect();
+            entries.sort_by(|a, b| crate::key::compare_internal(&a.0, &b.0));
+            let mut size = chunk::Size::default();
+            for (k, v) in &entries {
+                size.add(k.len(), v.len());
+            }
+            let mut b = chunk::Builder::new(&region, at, size.footprint(), &size);
+            for (k, v) in &entries {
+                b.add(k, v).unwrap();
+            }
+            let (c, footprint) = b.finish(&gauge, true).unwrap();
+            at += footprint;
+            chunks.push(Arc::new(c));
+            let grouped = BufferReader::new(1, 0, chunks.clone(), true, prev.as_ref(), &gauge);
+            if flush % 2 == 0 {
+                grouped.warm();
+            }
+            let plain = BufferReader::new(1, 0, chunks.clone(), false, None, &gauge);
+            let n = chunks.len();
+            assert_eq!(grouped.covered, n & !1, "{n} chunks");
+            assert_eq!(grouped.groups.len(), (n >> 1).count_ones() as usize);
+            if let Some(p) = &prev {
+                for g in &p.groups {
+                    if grouped
+                        .groups
+                        .iter()
+                        .any(|h| h.first == g.first && h.len() == g.len())
+                    {
+                        assert!(
+                            grouped.groups.iter().any(|h| Arc::ptr_eq(h, g)),
+                            "group reused"
+                        );
+                    }
+                }
+            }
+            for k in 0..100u64 {
+                let key = format!("key{k:03}");
+                for at_seq in (95..=seq).step_by(7).chain([seq]) {
+                    assert_eq!(
+                        grouped.find(key.as_bytes(), at_seq),
+                        plain.find(key.as_bytes(), at_seq),
+                        "{key} at {at_seq} over {n} chunks"
+                    );
+                }
+            }
+            prev = Some(grouped);
+        }
+        drop(prev);
+        drop(chunks);
+        assert_eq!(
+            gauge.load(std::sync::atomic::Ordering::Relaxed),
+            0,
+            "index bytes given back"
+        );
+    }
 
     #[test]
     fn worked_example() {

@@ -44,6 +44,27 @@
 //! distinct key; the design reports the total in `tierkv.stats`. Built by
 //! the flush, or on the first read of a chunk after a restart.
 //!
+//! # Groups of chunks
+//!
+//! A point read probes the chunks of its RangeTab's buffers newest first,
+//! and a buffer fills with one chunk per flush: 64 or more at the paper's
+//! setup, so a key absent from PM cost as many probes, each a cache miss
+//! (9% of a `rangetab` readrandom's samples right after a fill). A
+//! [`ChunkGroup`] indexes a run of consecutive chunks at once, each key
+//! at its newest entry in the run (slots as above, numbering the entries
+//! group-wide; the probe position is taken from the tag bits, which the
+//! chunk indexes it is built from keep). A buffer reader of `n` chunks
+//! covers them with groups of the sizes of `n`'s binary digits, largest
+//! and oldest first, one chunk of an odd `n` left to its own index; the
+//! reader of the next flush reuses every group over the same chunks, so
+//! each entry is indexed into at most log2(n) groups over the buffer's
+//! life, and a read makes at most log2(n) + 1 probes per buffer. Groups
+//! are immutable (built once over chunks that never change), so a reader
+//! of an older version never sees past its own chunks — the spec's bar
+//! on indexes shared across versions. A snapshot's read whose key's
+//! entries in its newest chunk of a group are all newer than the snapshot
+//! falls back to that group's older chunks one by one.
+//!
 //! # Concurrency
 //!
 //! A [`Chunk`] is immutable once built or parsed and shared (`Arc`) by
@@ -111,6 +132,9 @@ impl Size {
     }
 }
 
+/// The hash bits a slot keeps (the rest numbers the entry, plus one).
+const TAG: u64 = 0xffff_ffff_0000_0000;
+
 /// The DRAM hash index of one chunk (module docs).
 pub struct HashIndex {
     slots: Box<[u64]>,
@@ -129,7 +153,7 @@ impl HashIndex {
             while slots[pos] != 0 {
                 pos = (pos + 1) & mask;
             }
-            slots[pos] = (h & 0xffff_ffff_0000_0000) | u64::from(i + 1);
+            slots[pos] = (h & TAG) | u64::from(i + 1);
         }
         HashIndex { slots, mask }
     }
@@ -428,14 +452,14 @@ impl Chunk {
     /// the hash index.
     fn probe(&self, user_key: &[u8], h: u64) -> Option<usize> {
         let ix = self.index();
-        let tag = h & 0xffff_ffff_0000_0000;
+        let tag = h & TAG;
         let mut pos = (h as usize) & ix.mask;
         loop {
             let s = ix.slots[pos];
             if s == 0 {
                 return None;
             }
-            if s & 0xffff_ffff_0000_0000 == tag {
+            if s & TAG == tag {
                 let i = (s as u32 - 1) as usize;
                 if self.user_key(i) == user_key {
                     return Some(i);
@@ -461,7 +485,7 @@ impl Chunk {
         if self.seq_min > seq {
             return None;
         }
-        let mut i = if let Some(h) = hash {
+        let i = if let Some(h) = hash {
             self.probe(user_key, h)?
         } else {
             let i = self.lower_bound(&key::seek_key(user_key, seq));
@@ -470,6 +494,12 @@ impl Chunk {
             }
             i
         };
+        self.visible_from(user_key, i, seq)
+    }
+
+    /// The newest entry of `user_key` with seqno `<= seq`, from entry `i`
+    /// on (an entry of `user_key` no older than the one sought).
+    fn visible_from(&self, user_key: &[u8], mut i: usize, seq: SeqNo) -> Option<Found> {
         while i < self.n as usize {
             let (ik, v) = self.entry(i);
             let p = key::parse_internal_key(ik)?;
@@ -495,6 +525,150 @@ impl Chunk {
     /// DRAM bytes of its hash index (0 until built).
     pub fn index_bytes(&self) -> u64 {
         self.index.get().map_or(0, HashIndex::bytes)
+    }
+
+    /// Its distinct keys as the hash index holds them: the hash's tag
+    /// bits and the key's newest entry (the index is built if need be).
+    fn indexed(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
+        self.index()
+            .slots
+            .iter()
+            .filter(|&&s| s != 0)
+            .map(|&s| (s & TAG, (s as u32) - 1))
+    }
+}
+
+/// A hash index over a run of consecutive chunks of one buffer (module
+/// docs, "Groups of chunks"): each distinct key once, at its newest entry
+/// in the group. Immutable: built once over chunks that never change.
+pub struct ChunkGroup {
+    /// Index of the first chunk in its buffer.
+    pub first: usize,
+    /// Oldest first.
+    chunks: Vec<Arc<Chunk>>,
+    /// Per chunk, the group-wide number of its first entry.
+    starts: Vec<u32>,
+    index: OnceLock<HashIndex>,
+    gauge: Arc<AtomicU64>,
+}
+
+impl Drop for ChunkGroup {
+    fn drop(&mut self) {
+        if let Some(ix) = self.index.get() {
+            self.gauge.fetch_sub(ix.bytes(), Ordering::Relaxed);
+        }
+    }
+}
+
+impl ChunkGroup {
+    /// A group of `chunks` (oldest first, the buffer's chunks from
+    /// `first`); `None` if they hold more entries than a slot can number.
+    pub fn new(
+        first: usize,
+        chunks: Vec<Arc<Chunk>>,
+        gauge: &Arc<AtomicU64>,
+    ) -> Option<ChunkGroup> {
+        let mut starts = Vec::with_capacity(chunks.len());
+        let mut total = 0u32;
+        for c in &chunks {
+            starts.push(total);
+            total = total.checked_add(c.n).filter(|t| *t < u32::MAX)?;
+        }
+        Some(ChunkGroup {
+            first,
+            chunks,
+            starts,
+            index: OnceLock::new(),
+            gauge: Arc::clone(gauge),
+        })
+    }
+
+    /// Chunks in the group.
+    pub fn len(&self) -> usize {
+        self.chunks.len()
+    }
+
+    /// True for a group without chunks.
+    pub fn is_empty(&self) -> bool {
+        self.chunks.is_empty()
+    }
+
+    /// Builds the index now (by the flush that made the group, so that no
+    /// reader pays for it).
+    pub fn warm(&self) {
+        self.index();
+    }
+
+    /// The chunk and entry of group-wide entry number `g`.
+    fn locate(&self, g: u32) -> (usize, usize) {
+        let k = self.starts.partition_point(|&s| s <= g) - 1;
+        (k, (g - self.starts[k]) as usize)
+    }
+
+    fn index(&self) -> &HashIndex {
+        self.index.get_or_init(|| {
+            let total: usize = self.chunks.iter().map(|c| c.n as usize).sum();
+            let cap = (2 * total.max(1)).next_power_of_two();
+            let mut slots = vec![0u64; cap].into_boxed_slice();
+            let mask = cap - 1;
+            // Newest chunk first: a key already placed has a newer entry.
+            for (k, c) in self.chunks.iter().enumerate().rev() {
+                for (tag, e) in c.indexed() {
+                    let mut pos = ((tag >> 32) as usize) & mask;
+                    let mut newer = false;
+                    while slots[pos] != 0 {
+                        let s = slots[pos];
+                        if s & TAG == tag {
+                            let (k2, e2) = self.locate((s as u32) - 1);
+                            if self.chunks[k2].user_key(e2) == c.user_key(e as usize) {
+                                newer = true;
+                                break;
+                            }
+                        }
+                        pos = (pos + 1) & mask;
+                    }
+                    if !newer {
+                        slots[pos] = tag | u64::from(self.starts[k] + e + 1);
+                    }
+                }
+            }
+            let ix = HashIndex { slots, mask };
+            self.gauge.fetch_add(ix.bytes(), Ordering::Relaxed);
+            ix
+        })
+    }
+
+    /// The newest entry of `user_key` (whose [`key_hash`] is `h`) with
+    /// seqno `<= seq` in the group's chunks.
+    pub fn get(&self, user_key: &[u8], h: u64, seq: SeqNo) -> Option<Found> {
+        if self.chunks.first().is_none_or(|c| c.seq_min > seq) {
+            return None;
+        }
+        let ix = self.index();
+        let tag = h & TAG;
+        let mut pos = ((h >> 32) as usize) & ix.mask;
+        let newest = loop {
+            let s = ix.slots[pos];
+            if s == 0 {
+                return None;
+            }
+            if s & TAG == tag {
+                let (k, e) = self.locate((s as u32) - 1);
+                if self.chunks[k].user_key(e) == user_key {
+                    if let Some(found) = self.chunks[k].visible_from(user_key, e, seq) {
+                        return Some(found);
+                    }
+                    break k;
+                }
+            }
+            pos = (pos + 1) & ix.mask;
+        };
+        // Every entry of the key in its newest chunk is newer than `seq`
+        // (a snapshot's read): the older chunks, one by one.
+        self.chunks[..newest]
+            .iter()
+            .rev()
+            .find_map(|c| c.get_hashed(user_key, Some(h), seq))
     }
 }
 

@@ -1314,21 +1314,29 @@ impl RangeTab {
             }
             .store(region.as_ref(), page_offset(run.first))?;
             written.pm_copied += buffer::HEADER_BYTES as u64;
-            // The new table's reader: the old chunks and the new one.
-            let mut chunks: Vec<Arc<chunk::Chunk>> = match (&b.table, fresh) {
-                (Some(t), false) => self.s.readers.get(&t.meta)?.chunks.clone(),
-                _ => Vec::new(),
+            // The new table's reader: the old chunks and the new one, the
+            // old reader's chunk groups reused and the new ones indexed
+            // here, not by the first read.
+            let prev = match (&b.table, fresh) {
+                (Some(t), false) => Some(self.s.readers.get(&t.meta)?),
+                _ => None,
             };
+            let mut chunks: Vec<Arc<chunk::Chunk>> =
+                prev.as_ref().map_or_else(Vec::new, |p| p.chunks.clone());
             chunks.push(Arc::clone(&cs.chunk));
+            let reader = BufferReader::new(
+                *r,
+                *slot,
+                chunks,
+                self.hash_index,
+                prev.as_deref(),
+                self.s.readers.gauge(),
+            );
+            reader.warm();
             self.s.readers.built(
                 id,
                 run.first,
-                Arc::new(BufferReader {
-                    r: *r,
-                    slot: *slot,
-                    chunks,
-                    hash_index: self.hash_index,
-                }),
+                Arc::new(reader),
                 std::slice::from_ref(&cs.chunk),
             );
             if let (Some(t), false) = (&b.table, fresh) {

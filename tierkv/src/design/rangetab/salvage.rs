@@ -332,12 +332,14 @@ impl<'a> Buffer<'a> {
     }
 
     fn finish(self, r: u32, slot: u8) -> Salvaged {
-        let reader = Arc::new(BufferReader {
+        let reader = Arc::new(BufferReader::new(
             r,
             slot,
-            chunks: self.chunks,
-            hash_index: false,
-        });
+            self.chunks,
+            false,
+            None,
+            &Arc::new(std::sync::atomic::AtomicU64::new(0)),
+        ));
         Salvaged {
             kind: SourceKind::PmRangeTab,
             name: self.name,
