@@ -22,14 +22,8 @@ fn pair_keys(w: u32, slot: u32) -> (Vec<u8>, Vec<u8>) {
 
 fn db() -> Db {
     let o = Options {
-        fs: Arc::new(MemFs::new()),
-        memtable_size_bytes: 64 << 10,
-        sst_size_bytes: 64 << 10,
-        l1_size_bytes: 256 << 10,
-        l0_compaction_trigger: 2,
-        block_size_bytes: 1024,
         background_threads: 3,
-        ..Options::default()
+        ..churn_options(Arc::new(MemFs::new()))
     };
     Db::open(PathBuf::from("/db"), o).expect("open")
 }
@@ -358,7 +352,7 @@ impl RemovalWitness {
 }
 
 /// Small tables and an eager L0 trigger: compactions replace tables often.
-fn churn_options(fs: Arc<RemovalWitness>) -> Options {
+fn churn_options(fs: Arc<dyn tierkv::storage::FileSystem>) -> Options {
     Options {
         fs,
         memtable_size_bytes: 64 << 10,
@@ -462,6 +456,15 @@ fn obsolete_files_are_unlinked_by_the_deleter_thread() {
         l
     };
     let before = list();
+    reopen_and_close(&fs);
+    // (The reopen may add a table: the log's replay.)
+    let after = list();
+    let gone: Vec<_> = before.iter().filter(|n| !after.contains(n)).collect();
+    assert!(gone.is_empty(), "close left unreferenced tables: {gone:?}");
+}
+
+/// Opens the database in `fs` with default options and closes it.
+fn reopen_and_close(fs: &Arc<RemovalWitness>) {
     let o = Options {
         fs: fs.clone(),
         ..Options::default()
@@ -470,17 +473,13 @@ fn obsolete_files_are_unlinked_by_the_deleter_thread() {
         .expect("reopen")
         .close()
         .expect("close");
-    // (The reopen may add a table: the log's replay.)
-    let after = list();
-    let gone: Vec<_> = before.iter().filter(|n| !after.contains(n)).collect();
-    assert!(gone.is_empty(), "close left unreferenced tables: {gone:?}");
 }
 
 /// An open replays the manifest's whole history, whose edits deleted every
 /// table a compaction ever replaced. It removes the files of those tables
 /// still on disk (a crash between an edit and its unlinks leaves them), and
 /// attempts nothing for the rest: before, a reopen tried one unlink per
-/// table the database had ever deleted (1,252 for a small test database).
+/// table the database had ever deleted (some 500 in this test).
 #[test]
 fn reopen_removes_leftover_tables_only() {
     let fs = RemovalWitness::new();
@@ -502,14 +501,7 @@ fn reopen_removes_leftover_tables_only() {
         f.append(b"a table a crash left behind").expect("append");
         f.sync().expect("sync");
     }
-    let o = Options {
-        fs: fs.clone(),
-        ..Options::default()
-    };
-    Db::open(PathBuf::from("/db"), o)
-        .expect("reopen")
-        .close()
-        .expect("close");
+    reopen_and_close(&fs);
     let at_open: Vec<String> = fs
         .take_removals()
         .into_iter()
