@@ -349,6 +349,20 @@ impl<'a> Node<'a> {
     /// Reads the node at `at` and checks it lies inside `[lo, hi)` (its
     /// segment, after the header) and that its key checksum matches.
     pub fn read(region: &'a dyn PmRegion, at: u64, lo: u64, hi: u64) -> Result<Node<'a>> {
+        Node::read_with(region, at, lo, hi, true)
+    }
+
+    /// [`Node::read`], the key checksum checked only if `check_key`: for a
+    /// node whose checksum the caller has checked before and whose bytes
+    /// cannot have been written since (a completed table's, while a
+    /// version lists it). The bounds, lengths and kind are always checked.
+    pub fn read_with(
+        region: &'a dyn PmRegion,
+        at: u64,
+        lo: u64,
+        hi: u64,
+        check_key: bool,
+    ) -> Result<Node<'a>> {
         let bad = |off: u64, what: &str| {
             Error::corruption(region.name(), off, format!("NVTable node at {at}: {what}"))
         };
@@ -369,8 +383,7 @@ impl<'a> Node<'a> {
             return Err(bad(at + NODE_BODY, "malformed header (lengths or kind)"));
         }
         let key = region.slice(at + NODE_HEADER_BYTES, klen)?;
-        let computed = kcrc(&h[..20], &h[24..28], key);
-        if stored != computed {
+        if check_key && stored != kcrc(&h[..20], &h[24..28], key) {
             return Err(bad(
                 at + 36,
                 "key checksum mismatch (header or key damaged)",
