@@ -72,7 +72,7 @@ fn check_each(tune: impl FnOnce(&mut Options), want: impl Fn(&str) -> Priority) 
         ..Options::default()
     };
     tune(&mut o);
-    let db = Db::open(&PathBuf::from("/db"), o).expect("open");
+    let db = Db::open(PathBuf::from("/db"), o).expect("open");
     db.put(b"k", b"v").expect("put");
     db.flush().expect("flush");
     let t0 = Instant::now();
@@ -149,7 +149,7 @@ fn background_threads_run_at_the_priority_asked_for() {
             adaptive_compaction_priority: true,
             ..Options::default()
         };
-        match Db::open(&PathBuf::from("/db"), o) {
+        match Db::open(PathBuf::from("/db"), o) {
             Err(tierkv::Error::InvalidOptions(m)) => {
                 assert!(m.contains("adaptive_compaction_priority"), "{m}")
             }
@@ -177,7 +177,7 @@ fn pressure_switches_compaction_to_normal_priority() {
         l0_stop_trigger: 6,
         ..Options::default()
     };
-    let db = Db::open(&PathBuf::from("/db"), o).expect("open");
+    let db = Db::open(PathBuf::from("/db"), o).expect("open");
     let switches =
         |db: &Db| -> u64 { db.stats().compaction_priority.expect("adaptive priority").0 };
     assert_eq!(switches(&db), 0);

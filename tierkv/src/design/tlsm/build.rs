@@ -1827,7 +1827,7 @@ mod tests {
                     if i % 11 == 5 {
                         mem.add(seq, Kind::Delete, k.as_bytes(), b"");
                     } else {
-                        mem.add(seq, Kind::Put, k.as_bytes(), &vec![b'a' + f as u8; 40]);
+                        mem.add(seq, Kind::Put, k.as_bytes(), &[b'a' + f as u8; 40]);
                     }
                 }
                 let b = flush_list(
