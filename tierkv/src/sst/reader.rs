@@ -385,8 +385,9 @@ impl Table {
             }
         }
         let n = h.size as usize;
-        let mut buf = vec![0u8; n + BLOCK_TRAILER_LEN];
-        self.file.read_exact_at(h.offset, &mut buf)?;
+        let mut buf = Vec::with_capacity(n + BLOCK_TRAILER_LEN);
+        self.file
+            .read_exact_at_append(h.offset, n + BLOCK_TRAILER_LEN, &mut buf)?;
         self.cfg.counters.add_bytes_read(buf.len() as u64);
         let t = check_trailer(&buf, verify, &self.path, h.offset)?;
         buf.truncate(n);

@@ -275,6 +275,18 @@ impl RandomAccessFile for TimedReads {
         self.limiter.observe_read(t0.elapsed());
         r
     }
+    fn read_exact_at_append(&self, offset: u64, len: usize, buf: &mut Vec<u8>) -> Result<()> {
+        if is_background() {
+            return self.inner.read_exact_at_append(offset, len, buf);
+        }
+        if self.inner.read_cached_at_append(offset, len, buf) {
+            return Ok(());
+        }
+        let t0 = Instant::now();
+        let r = self.inner.read_exact_at_append(offset, len, buf);
+        self.limiter.observe_read(t0.elapsed());
+        r
+    }
     fn len(&self) -> u64 {
         self.inner.len()
     }

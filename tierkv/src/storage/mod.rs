@@ -150,6 +150,30 @@ pub trait RandomAccessFile: Send + Sync {
         let _ = (offset, buf);
         false
     }
+    /// [`read_exact_at`](Self::read_exact_at) of `len` bytes appended to
+    /// `buf`; on an error `buf` is as it was. A backend that can read into
+    /// uninitialised memory (a `pread` can) spares the caller zeroing a
+    /// buffer it is about to overwrite; the default zeroes and reads.
+    fn read_exact_at_append(&self, offset: u64, len: usize, buf: &mut Vec<u8>) -> Result<()> {
+        let start = buf.len();
+        buf.resize(start + len, 0);
+        let r = self.read_exact_at(offset, &mut buf[start..]);
+        if r.is_err() {
+            buf.truncate(start);
+        }
+        r
+    }
+    /// [`read_cached_at`](Self::read_cached_at) of `len` bytes appended to
+    /// `buf`: `true` when they were; on `false` `buf` is as it was.
+    fn read_cached_at_append(&self, offset: u64, len: usize, buf: &mut Vec<u8>) -> bool {
+        let start = buf.len();
+        buf.resize(start + len, 0);
+        let done = self.read_cached_at(offset, &mut buf[start..]);
+        if !done {
+            buf.truncate(start);
+        }
+        done
+    }
     /// File size in bytes.
     fn len(&self) -> u64;
     /// True for an empty file.

@@ -68,6 +68,7 @@
 
 use std::fs;
 use std::io;
+use std::mem::MaybeUninit;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
@@ -417,61 +418,126 @@ struct PosixReadable {
     nowait: AtomicBool,
 }
 
+impl PosixReadable {
+    /// Reads exactly `len` bytes at `offset` into `dst` (`pread`, retried
+    /// until done); reading past the end is `Error::Corruption` naming the
+    /// file and offset.
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `len` bytes (they need not be
+    /// initialised). On `Ok` every one of them was written.
+    unsafe fn read_exact_raw(&self, dst: *mut u8, len: usize, offset: u64) -> Result<()> {
+        // SAFETY: the caller's guarantee; `MaybeUninit<u8>` has `u8`'s layout.
+        let dst = unsafe { std::slice::from_raw_parts_mut(dst.cast::<MaybeUninit<u8>>(), len) };
+        let mut done = 0;
+        while done < len {
+            match rustix::io::pread_uninit(&self.file, &mut dst[done..], offset + done as u64) {
+                Ok((read, _)) if read.is_empty() => {
+                    return Err(Error::corruption(
+                        self.path.display().to_string(),
+                        offset,
+                        format!("read of {len} bytes past end of file ({} bytes)", self.len),
+                    ))
+                }
+                Ok((read, _)) => done += read.len(),
+                Err(Errno::INTR) => {}
+                Err(e) => {
+                    return Err(Error::io(
+                        format!(
+                            "read {len} bytes at offset {offset} of {}",
+                            self.path.display()
+                        ),
+                        e.into(),
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `preadv2` with `RWF_NOWAIT` of `len` bytes at `offset` into `dst`:
+    /// `true` when all were in the page cache and are written.
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `len` bytes (they need not be
+    /// initialised).
+    unsafe fn read_cached_raw(&self, dst: *mut u8, len: usize, offset: u64) -> bool {
+        use std::os::fd::AsRawFd;
+        if !self.nowait.load(Ordering::Relaxed) {
+            return false;
+        }
+        let mut done = 0;
+        while done < len {
+            let Ok(at) = libc::off_t::try_from(offset + done as u64) else {
+                return false;
+            };
+            let iov = libc::iovec {
+                // SAFETY: `done < len`: inside the caller's buffer.
+                iov_base: unsafe { dst.add(done) }.cast(),
+                iov_len: len - done,
+            };
+            // SAFETY: the descriptor stays open for the call (`self` is
+            // borrowed) and the one iovec covers memory the caller lets us
+            // write.
+            let n = unsafe { libc::preadv2(self.file.as_raw_fd(), &iov, 1, at, libc::RWF_NOWAIT) };
+            match n {
+                0 => return false,
+                n if n > 0 => done += n as usize,
+                _ => match io::Error::last_os_error().raw_os_error() {
+                    Some(libc::EINTR) => {}
+                    Some(libc::EOPNOTSUPP | libc::EINVAL | libc::ENOSYS) => {
+                        self.nowait.store(false, Ordering::Relaxed);
+                        return false;
+                    }
+                    // EAGAIN: the rest would wait; anything else (an I/O
+                    // error) is for the blocking read to meet and report.
+                    _ => return false,
+                },
+            }
+        }
+        true
+    }
+}
+
 impl RandomAccessFile for PosixReadable {
     fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        self.file.read_exact_at(buf, offset).map_err(|e| {
-            if e.kind() == io::ErrorKind::UnexpectedEof {
-                Error::corruption(
-                    self.path.display().to_string(),
-                    offset,
-                    format!(
-                        "read of {} bytes past end of file ({} bytes)",
-                        buf.len(),
-                        self.len
-                    ),
-                )
-            } else {
-                Error::io(
-                    format!(
-                        "read {} bytes at offset {offset} of {}",
-                        buf.len(),
-                        self.path.display()
-                    ),
-                    e,
-                )
-            }
-        })
+        // SAFETY: `buf` is writable for its length.
+        unsafe { self.read_exact_raw(buf.as_mut_ptr(), buf.len(), offset) }
+    }
+
+    /// Reads into `buf`'s spare capacity: no zeroing first (in a scan-heavy
+    /// workload zeroing each block's buffer was 5.6% of the samples).
+    fn read_exact_at_append(&self, offset: u64, len: usize, buf: &mut Vec<u8>) -> Result<()> {
+        buf.reserve(len);
+        let start = buf.len();
+        // SAFETY: `reserve` made room for `len` bytes after `start`; on
+        // `Ok` every one of them was written, so they are initialised.
+        unsafe {
+            self.read_exact_raw(buf.as_mut_ptr().add(start), len, offset)?;
+            buf.set_len(start + len);
+        }
+        Ok(())
     }
 
     /// `preadv2` with `RWF_NOWAIT`: the kernel serves what the page cache
     /// holds and answers `EAGAIN` rather than wait for the device.
     fn read_cached_at(&self, offset: u64, buf: &mut [u8]) -> bool {
-        if !self.nowait.load(Ordering::Relaxed) {
-            return false;
-        }
-        let mut done = 0;
-        while done < buf.len() {
-            let mut slice = [io::IoSliceMut::new(&mut buf[done..])];
-            match rustix::io::preadv2(
-                &self.file,
-                &mut slice,
-                offset + done as u64,
-                rustix::io::ReadWriteFlags::NOWAIT,
-            ) {
-                Ok(0) => return false,
-                Ok(n) => done += n,
-                Err(Errno::INTR) => {}
-                Err(Errno::OPNOTSUPP | Errno::INVAL | Errno::NOSYS) => {
-                    self.nowait.store(false, Ordering::Relaxed);
-                    return false;
-                }
-                // EAGAIN: the rest would wait; anything else (a kernel or
-                // file system without the flag, an I/O error) is for the
-                // blocking read to meet and report.
-                Err(_) => return false,
+        // SAFETY: `buf` is writable for its length.
+        unsafe { self.read_cached_raw(buf.as_mut_ptr(), buf.len(), offset) }
+    }
+
+    fn read_cached_at_append(&self, offset: u64, len: usize, buf: &mut Vec<u8>) -> bool {
+        buf.reserve(len);
+        let start = buf.len();
+        // SAFETY: as in `read_exact_at_append`; the length grows only when
+        // every byte was written.
+        unsafe {
+            let done = self.read_cached_raw(buf.as_mut_ptr().add(start), len, offset);
+            if done {
+                buf.set_len(start + len);
             }
+            done
         }
-        true
     }
 
     fn len(&self) -> u64 {
@@ -639,6 +705,41 @@ mod tests {
         if supported && !on_tmpfs {
             assert!(!r.read_cached_at(4096, &mut buf));
         }
+    }
+
+    /// The appending reads fill a buffer's spare capacity with exactly the
+    /// file's bytes, keep what it held, and leave it as it was when they
+    /// fail (past the end) or would wait.
+    #[test]
+    fn appending_reads_fill_spare_capacity_or_leave_the_buffer() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = PosixFs::new();
+        let p = dir.path().join("000014.sst");
+        let data = pattern(64 << 10, 3);
+        let mut f = fs.create(&p, WriteHint::default()).unwrap();
+        f.append(&data).unwrap();
+        f.sync().unwrap();
+        drop(f);
+        let r = fs.open(&p).unwrap();
+        let mut buf = b"head".to_vec();
+        r.read_exact_at_append(1000, 5000, &mut buf).unwrap();
+        assert_eq!(&buf[..4], b"head");
+        assert_eq!(buf[4..], data[1000..6000]);
+        let end = data.len() as u64 - 10;
+        match r.read_exact_at_append(end, 100, &mut buf) {
+            Err(Error::Corruption { at, .. }) => assert_eq!(at.offset, end),
+            other => panic!("expected corruption, got {other:?}"),
+        }
+        assert_eq!(buf.len(), 5004, "a failed read appends nothing");
+        let mut cached = Vec::with_capacity(3);
+        if r.read_cached_at_append(8192, 4096, &mut cached) {
+            assert_eq!(cached, data[8192..8192 + 4096]);
+        } else {
+            assert!(cached.is_empty());
+        }
+        let mut past = vec![7u8];
+        assert!(!r.read_cached_at_append(end, 100, &mut past));
+        assert_eq!(past, [7]);
     }
 
     #[test]
