@@ -260,32 +260,46 @@ struct TimedReads {
     limiter: Arc<BackgroundLimiter>,
 }
 
-impl RandomAccessFile for TimedReads {
-    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+impl TimedReads {
+    /// A foreground read of `buf` timed for the limiter: `cached` first,
+    /// and only a read that had to wait for the device (`exact` after it)
+    /// is observed. A background thread's read goes straight to `exact`.
+    fn timed<B: ?Sized>(
+        &self,
+        buf: &mut B,
+        cached: impl FnOnce(&dyn RandomAccessFile, &mut B) -> bool,
+        exact: impl FnOnce(&dyn RandomAccessFile, &mut B) -> Result<()>,
+    ) -> Result<()> {
+        let inner = self.inner.as_ref();
         if is_background() {
-            return self.inner.read_exact_at(offset, buf);
+            return exact(inner, buf);
         }
         // A page-cache hit waited for no device: however long it took
         // (preempted by other threads), compaction's I/O was not the cause.
-        if self.inner.read_cached_at(offset, buf) {
+        if cached(inner, buf) {
             return Ok(());
         }
         let t0 = Instant::now();
-        let r = self.inner.read_exact_at(offset, buf);
+        let r = exact(inner, buf);
         self.limiter.observe_read(t0.elapsed());
         r
     }
+}
+
+impl RandomAccessFile for TimedReads {
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.timed(
+            buf,
+            |f, b| f.read_cached_at(offset, b),
+            |f, b| f.read_exact_at(offset, b),
+        )
+    }
     fn read_exact_at_append(&self, offset: u64, len: usize, buf: &mut Vec<u8>) -> Result<()> {
-        if is_background() {
-            return self.inner.read_exact_at_append(offset, len, buf);
-        }
-        if self.inner.read_cached_at_append(offset, len, buf) {
-            return Ok(());
-        }
-        let t0 = Instant::now();
-        let r = self.inner.read_exact_at_append(offset, len, buf);
-        self.limiter.observe_read(t0.elapsed());
-        r
+        self.timed(
+            buf,
+            |f, b| f.read_cached_at_append(offset, len, b),
+            |f, b| f.read_exact_at_append(offset, len, b),
+        )
     }
     fn len(&self) -> u64 {
         self.inner.len()

@@ -432,7 +432,7 @@ impl PosixReadable {
         let mut done = 0;
         while done < len {
             match rustix::io::pread_uninit(&self.file, &mut dst[done..], offset + done as u64) {
-                Ok((read, _)) if read.is_empty() => {
+                Ok(([], _)) => {
                     return Err(Error::corruption(
                         self.path.display().to_string(),
                         offset,
@@ -672,6 +672,15 @@ mod tests {
         v
     }
 
+    /// Writes `data` to a new file at `p`, syncs it and opens it for reads.
+    fn synced_file(fs: &PosixFs, p: &Path, data: &[u8]) -> Arc<dyn RandomAccessFile> {
+        let mut f = fs.create(p, WriteHint::default()).unwrap();
+        f.append(data).unwrap();
+        f.sync().unwrap();
+        drop(f);
+        fs.open(p).unwrap()
+    }
+
     /// A cached read returns the bytes when the page cache holds them, and
     /// says it would wait (never an error) past the end or once the pages
     /// are dropped.
@@ -681,11 +690,7 @@ mod tests {
         let fs = PosixFs::new();
         let p = dir.path().join("000013.sst");
         let data = pattern(64 << 10, 2);
-        let mut f = fs.create(&p, WriteHint::default()).unwrap();
-        f.append(&data).unwrap();
-        f.sync().unwrap();
-        drop(f);
-        let r = fs.open(&p).unwrap();
+        let r = synced_file(&fs, &p, &data);
         let mut buf = vec![0; 8192];
         // Just written: in the page cache (unless the kernel refuses the
         // flag on this file system, then always "would wait").
@@ -716,11 +721,7 @@ mod tests {
         let fs = PosixFs::new();
         let p = dir.path().join("000014.sst");
         let data = pattern(64 << 10, 3);
-        let mut f = fs.create(&p, WriteHint::default()).unwrap();
-        f.append(&data).unwrap();
-        f.sync().unwrap();
-        drop(f);
-        let r = fs.open(&p).unwrap();
+        let r = synced_file(&fs, &p, &data);
         let mut buf = b"head".to_vec();
         r.read_exact_at_append(1000, 5000, &mut buf).unwrap();
         assert_eq!(&buf[..4], b"head");
