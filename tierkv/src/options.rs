@@ -267,7 +267,9 @@ pub struct Options {
     /// compaction writes otherwise (README "Reads"). Flushes are never
     /// limited.
     pub background_io_autotune: bool,
-    /// Block cache budget in bytes.
+    /// Block cache budget in bytes: the blocks' buffers, charged by their
+    /// capacity. Up to 1/32 more is kept in buffers of evicted blocks for
+    /// the next misses to read into ([`crate::sst::cache`]).
     pub block_cache_bytes: usize,
     /// Uncompressed data block size.
     pub block_size_bytes: usize,

@@ -296,9 +296,15 @@ impl Block {
         })
     }
 
-    /// Size of the block's bytes (what the block cache charges).
+    /// Bytes the block's buffer takes (its capacity: what the block cache
+    /// charges).
     pub fn size_bytes(&self) -> usize {
-        self.data.len()
+        self.data.capacity()
+    }
+
+    /// The block's bytes, giving the block up (for reusing its buffer).
+    pub fn into_data(self) -> Vec<u8> {
+        self.data
     }
 
     /// Where the block came from (file path).

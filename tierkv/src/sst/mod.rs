@@ -39,7 +39,7 @@ pub mod index;
 pub mod reader;
 
 pub use builder::{TableBuilder, TableOptions, TableProps};
-pub use cache::BlockCache;
+pub use cache::{BlockCache, Lookup};
 pub use compress::Compression;
 pub use reader::{DataBlockInfo, ReadConfig, Table, TableCounters, TableIter};
 

@@ -38,7 +38,7 @@ use super::bloom::BloomFilter;
 use super::builder::{
     unmask_crc, Footer, TableProps, BLOCK_TRAILER_LEN, BLOCK_TYPE_NONE, FOOTER_LEN,
 };
-use super::cache::BlockCache;
+use super::cache::{BlockCache, Lookup};
 use super::compress::{decompress_block, Compression};
 use super::index::BlockHandle;
 
@@ -320,14 +320,21 @@ impl Table {
 
     /// Reads (or finds in the cache) the data block at `h`.
     fn read_block(&self, h: BlockHandle, fill_cache: bool) -> Result<Arc<Block>> {
-        if let Some(cache) = &self.cache {
-            if let Some(b) = cache.get(self.id, h.offset) {
-                self.cfg.counters.add_hit();
-                return Ok(b);
-            }
-            self.cfg.counters.add_miss();
-        }
-        let (t, buf) = self.read_stored(h, self.cfg.verify_checksums)?;
+        let need = h.size as usize + BLOCK_TRAILER_LEN;
+        let buf = match &self.cache {
+            Some(cache) => match cache.lookup(self.id, h.offset, need) {
+                Lookup::Hit(b) => {
+                    self.cfg.counters.add_hit();
+                    return Ok(b);
+                }
+                Lookup::Miss(buf) => {
+                    self.cfg.counters.add_miss();
+                    buf
+                }
+            },
+            None => Vec::with_capacity(need),
+        };
+        let (t, buf) = self.read_stored_into(h, self.cfg.verify_checksums, buf)?;
         let buf = decompress_block(t, buf, &self.path, h.offset)?;
         let block = Arc::new(Block::new(buf, Arc::clone(&self.path), h.offset)?);
         if fill_cache {
@@ -374,6 +381,16 @@ impl Table {
     /// bypassing the cache; checks the trailer's type (and its checksum if
     /// `verify`). Returns the block type and the stored bytes.
     fn read_stored(&self, h: BlockHandle, verify: bool) -> Result<(u8, Vec<u8>)> {
+        self.read_stored_into(h, verify, Vec::new())
+    }
+
+    /// [`Table::read_stored`] into `buf` (its contents are discarded).
+    fn read_stored_into(
+        &self,
+        h: BlockHandle,
+        verify: bool,
+        mut buf: Vec<u8>,
+    ) -> Result<(u8, Vec<u8>)> {
         match h.end_with_trailer() {
             Some(end) if end <= self.data_end => {}
             _ => {
@@ -385,7 +402,8 @@ impl Table {
             }
         }
         let n = h.size as usize;
-        let mut buf = Vec::with_capacity(n + BLOCK_TRAILER_LEN);
+        buf.clear();
+        buf.reserve_exact(n + BLOCK_TRAILER_LEN);
         self.file
             .read_exact_at_append(h.offset, n + BLOCK_TRAILER_LEN, &mut buf)?;
         self.cfg.counters.add_bytes_read(buf.len() as u64);
