@@ -416,10 +416,17 @@ impl NvTable {
             Some(Ordering::Greater) => return Ok((self.n, false)),
             Some(Ordering::Equal) => {
                 let x = key_number(user_key, c);
-                (
-                    ix.keys.partition_point(|&k| k < x),
-                    ix.keys.partition_point(|&k| k <= x),
-                )
+                let lo = ix.keys.partition_point(|&k| k < x);
+                // Equal numbers are few (keys alike in their first 8 bytes
+                // past `common`): step over them, and search only if many.
+                let mut hi = lo;
+                while hi < ix.keys.len() && ix.keys[hi] == x && hi - lo < 4 {
+                    hi += 1;
+                }
+                if hi - lo == 4 {
+                    hi = lo + ix.keys[lo..].partition_point(|&k| k <= x);
+                }
+                (lo, hi)
             }
             None => {
                 // Shorter than `common`: compare what it has.
@@ -751,6 +758,14 @@ mod tests {
     /// fresh region; returns the region, the table's metadata and each
     /// entry's node offset.
     fn table(n: u8) -> (Arc<SimRegion>, TableMeta, Vec<u64>) {
+        let entries: Vec<_> = (0..n)
+            .map(|i| (format!("k{i:02}").into_bytes(), vec![i; 100]))
+            .collect();
+        table_of(&entries)
+    }
+
+    /// A completed table of `entries` (distinct keys) on a fresh region.
+    fn table_of(entries: &[(Vec<u8>, Vec<u8>)]) -> (Arc<SimRegion>, TableMeta, Vec<u64>) {
         let sim = Arc::new(SimRegion::new(1 << 20));
         let region = Arc::clone(&sim) as Arc<dyn PmRegion>;
         let tier = Arc::new(PmTier::open(Arc::clone(&region), false).unwrap());
@@ -762,8 +777,8 @@ mod tests {
         let logs = Logs::default();
         let (mut w, locator) = create(&space, &logs, 7, false).unwrap();
         let mut b = WriteBatch::new();
-        for i in 0..n {
-            b.put(format!("k{i:02}").as_bytes(), &[i; 100]);
+        for (k, v) in entries {
+            b.put(k, v);
         }
         b.set_seqno(1);
         w.add_record(b.encoded()).unwrap();
@@ -826,6 +841,50 @@ mod tests {
         }
         assert!(is_corruption(it.status()));
         assert_eq!(t.values_checked(), 5, "the values before the damage");
+    }
+
+    /// Keys alike in the eight bytes past the common prefix share a search
+    /// number: lookups and seeks among few and among many of them find
+    /// exactly the right entry.
+    #[test]
+    fn keys_sharing_a_search_number_are_told_apart() {
+        let mut entries = vec![(b"0".to_vec(), b"first".to_vec())];
+        for (prefix, count) in [(&b"AAAAAAAA"[..], 12u8), (b"AAAAAAAB", 2), (b"AAAAAAAC", 1)] {
+            for i in 0..count {
+                let mut k = prefix.to_vec();
+                k.extend_from_slice(&[b'm', i * 2]);
+                entries.push((k.clone(), k));
+            }
+        }
+        entries.push((b"z".to_vec(), b"last".to_vec()));
+        let (sim, meta, _) = table_of(&entries);
+        let t = open(&sim, &meta);
+        let mut sorted = entries.clone();
+        sorted.sort();
+        for (k, v) in &sorted {
+            let found = t.get(k, key::MAX_SEQNO).unwrap().unwrap();
+            assert_eq!(&found.value, v, "{k:?}");
+            // Between two keys: absent, and a seek lands on the next one.
+            let mut between = k.clone();
+            between.push(1);
+            assert!(t.get(&between, key::MAX_SEQNO).unwrap().is_none());
+            let mut it = Arc::clone(&t).iter(false);
+            it.seek(&key::make_internal_key(&between, key::MAX_SEQNO, Kind::MAX));
+            let next = sorted.iter().find(|(s, _)| s > &between);
+            assert_eq!(
+                it.valid().then(|| key::user_key(it.key()).to_vec()),
+                next.map(|(s, _)| s.clone()),
+                "{between:?}"
+            );
+        }
+        for odd in [
+            &b"AAAAAAAAm\x01"[..],
+            b"AAAAAAABm\x03",
+            b"AAAAAAAA",
+            b"AAAAAAAD",
+        ] {
+            assert!(t.get(odd, key::MAX_SEQNO).unwrap().is_none(), "{odd:?}");
+        }
     }
 
     /// The search index checks every node's key checksum: a damaged key is
