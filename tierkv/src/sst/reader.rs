@@ -320,18 +320,34 @@ impl Table {
 
     /// Reads (or finds in the cache) the data block at `h`.
     fn read_block(&self, h: BlockHandle, fill_cache: bool) -> Result<Arc<Block>> {
-        let need = h.size as usize + BLOCK_TRAILER_LEN;
+        // Open checked every index handle against the data area; still, no
+        // buffer is sized from a handle outside it (`read_stored_into`
+        // reports it).
+        let need = match h.end_with_trailer() {
+            Some(end) if end <= self.data_end => (end - h.offset) as usize,
+            _ => 0,
+        };
         let buf = match &self.cache {
-            Some(cache) => match cache.lookup(self.id, h.offset, need) {
-                Lookup::Hit(b) => {
-                    self.cfg.counters.add_hit();
-                    return Ok(b);
+            Some(cache) => {
+                // A spare buffer only for a block that goes back to the cache.
+                let found = if fill_cache {
+                    cache.lookup(self.id, h.offset, need)
+                } else {
+                    cache
+                        .get(self.id, h.offset)
+                        .map_or_else(|| Lookup::Miss(Vec::with_capacity(need)), Lookup::Hit)
+                };
+                match found {
+                    Lookup::Hit(b) => {
+                        self.cfg.counters.add_hit();
+                        return Ok(b);
+                    }
+                    Lookup::Miss(buf) => {
+                        self.cfg.counters.add_miss();
+                        buf
+                    }
                 }
-                Lookup::Miss(buf) => {
-                    self.cfg.counters.add_miss();
-                    buf
-                }
-            },
+            }
             None => Vec::with_capacity(need),
         };
         let (t, buf) = self.read_stored_into(h, self.cfg.verify_checksums, buf)?;
