@@ -390,13 +390,19 @@ fn evicted_buffers_go_to_reads_that_fill_the_cache() {
 
 #[test]
 fn concurrent_readers_share_a_small_cache() {
+    // Small enough to evict constantly; the second with room for spare
+    // buffers, which evicted 4 KiB blocks hand to the next misses.
+    concurrent_readers(3000, false, 64 << 10);
+    concurrent_readers(800, true, 1 << 20);
+}
+
+fn concurrent_readers(entries: usize, big_values: bool, cache_bytes: usize) {
     let mut rng = SmallRng::seed_from_u64(3);
     let fs = MemFs::new();
     let models: Vec<Model> = (0..3)
-        .map(|_| random_model(&mut rng, 3000, false))
+        .map(|_| random_model(&mut rng, entries, big_values))
         .collect();
-    // Small enough to evict constantly.
-    let cache = Arc::new(BlockCache::new(64 << 10));
+    let cache = Arc::new(BlockCache::new(cache_bytes));
     let tables: Vec<Arc<Table>> = models
         .iter()
         .enumerate()
@@ -429,6 +435,7 @@ fn concurrent_readers_share_a_small_cache() {
                 it.seek_to_first();
                 let mut n = 0;
                 while it.valid() {
+                    check_iter_at(it.as_ref(), &models[th as usize % 3], n);
                     n += 1;
                     it.next();
                 }
@@ -437,8 +444,11 @@ fn concurrent_readers_share_a_small_cache() {
             });
         }
     });
-    assert!(cache.usage_bytes() <= 64 << 10);
+    assert!(cache.usage_bytes() <= cache_bytes);
     cache.check_invariants();
+    if big_values {
+        assert!(cache.spares().0 > 0);
+    }
 }
 
 #[test]
