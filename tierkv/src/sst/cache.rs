@@ -16,7 +16,9 @@
 //! Lookup, insert and eviction are O(1): a hit moves its node to the front,
 //! an insert evicts from the back until the shard is within its capacity.
 //! Evicting a block only drops the cache's reference: iterators holding the
-//! `Arc<Block>` keep it alive.
+//! `Arc<Block>` keep it alive. The blocks of a deleted table are not
+//! erased: table ids are never reused, so nothing finds them again and they
+//! age out of the LRU, as in RocksDB.
 //!
 //! # Spare buffers
 //!
@@ -30,9 +32,8 @@
 //! are bounded per shard by count ([`SPARES_PER_SHARD`]) and by bytes
 //! (1/32 of the shard's capacity), are not charged, and a buffer too large
 //! for that bound is freed: the cache's memory stays within 1 + 1/32 of its
-//! capacity. The blocks of a deleted table are not
-//! erased: table ids are never reused, so nothing finds them again and they
-//! age out of the LRU, as in RocksDB.
+//! capacity (the default 8 MiB: 16 shards of 512 KiB, up to 16 KiB of
+//! spares each; a shard under 128 KiB keeps no 4 KiB block's buffer).
 //!
 //! # Invariants
 //!
