@@ -320,13 +320,7 @@ impl Table {
 
     /// Reads (or finds in the cache) the data block at `h`.
     fn read_block(&self, h: BlockHandle, fill_cache: bool) -> Result<Arc<Block>> {
-        // Open checked every index handle against the data area; still, no
-        // buffer is sized from a handle outside it (`read_stored_into`
-        // reports it).
-        let need = match h.end_with_trailer() {
-            Some(end) if end <= self.data_end => (end - h.offset) as usize,
-            _ => 0,
-        };
+        let need = self.stored_len(h)?;
         let buf = match &self.cache {
             Some(cache) => {
                 // A spare buffer only for a block that goes back to the cache.
@@ -350,7 +344,7 @@ impl Table {
             }
             None => Vec::with_capacity(need),
         };
-        let (t, buf) = self.read_stored_into(h, self.cfg.verify_checksums, buf)?;
+        let (t, buf) = self.read_stored_into(h, need, self.cfg.verify_checksums, buf)?;
         let buf = decompress_block(t, buf, &self.path, h.offset)?;
         let block = Arc::new(Block::new(buf, Arc::clone(&self.path), h.offset)?);
         if fill_cache {
@@ -397,34 +391,39 @@ impl Table {
     /// bypassing the cache; checks the trailer's type (and its checksum if
     /// `verify`). Returns the block type and the stored bytes.
     fn read_stored(&self, h: BlockHandle, verify: bool) -> Result<(u8, Vec<u8>)> {
-        self.read_stored_into(h, verify, Vec::new())
+        let len = self.stored_len(h)?;
+        self.read_stored_into(h, len, verify, Vec::new())
     }
 
-    /// [`Table::read_stored`] into `buf` (its contents are discarded).
+    /// The bytes of the data block at `h` with its trailer, checked to lie
+    /// in the data area (open checked every index handle; a buffer is
+    /// never sized from one that does not).
+    fn stored_len(&self, h: BlockHandle) -> Result<usize> {
+        match h.end_with_trailer() {
+            Some(end) if end <= self.data_end => Ok((end - h.offset) as usize),
+            _ => Err(Error::corruption(
+                &*self.path,
+                h.offset,
+                format!("data block of {} bytes beyond the data area", h.size),
+            )),
+        }
+    }
+
+    /// [`Table::read_stored`] of the `len` bytes [`Table::stored_len`]
+    /// gave for `h`, into `buf` (its contents are discarded).
     fn read_stored_into(
         &self,
         h: BlockHandle,
+        len: usize,
         verify: bool,
         mut buf: Vec<u8>,
     ) -> Result<(u8, Vec<u8>)> {
-        match h.end_with_trailer() {
-            Some(end) if end <= self.data_end => {}
-            _ => {
-                return Err(Error::corruption(
-                    &*self.path,
-                    h.offset,
-                    format!("data block of {} bytes beyond the data area", h.size),
-                ))
-            }
-        }
-        let n = h.size as usize;
         buf.clear();
-        buf.reserve_exact(n + BLOCK_TRAILER_LEN);
-        self.file
-            .read_exact_at_append(h.offset, n + BLOCK_TRAILER_LEN, &mut buf)?;
+        buf.reserve_exact(len);
+        self.file.read_exact_at_append(h.offset, len, &mut buf)?;
         self.cfg.counters.add_bytes_read(buf.len() as u64);
         let t = check_trailer(&buf, verify, &self.path, h.offset)?;
-        buf.truncate(n);
+        buf.truncate(h.size as usize);
         Ok((t, buf))
     }
 
