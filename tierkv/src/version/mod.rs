@@ -30,6 +30,7 @@
 //!    compaction's edit fail ("deletes table … which is not in L…")
 //!    instead of dropping the appended data.
 
+pub mod bounds;
 pub mod closed;
 pub mod edit;
 pub mod set;
@@ -326,6 +327,12 @@ pub struct Version {
     pub level_views: Vec<Option<Arc<dyn TableReader>>>,
     /// Counts the edits applied since open: tells versions apart cheaply.
     pub generation: u64,
+    /// Per level below L0, the tables' largest keys laid out for the point
+    /// read's search ([`bounds`]); built once per version, by
+    /// [`apply`](Self::apply) or the first [`get`](Self::get), and unbuilt
+    /// in a clone. Code that changes `levels` in place (pickers' scratch
+    /// copies, tests) must do so before reading through `get`.
+    pub bounds: bounds::Bounds,
 }
 
 impl Version {
@@ -337,6 +344,7 @@ impl Version {
             design_state: Default::default(),
             level_views: vec![None; level_count],
             generation: 0,
+            bounds: Default::default(),
         }
     }
 
@@ -410,6 +418,7 @@ impl Version {
 
     /// The newest entry for `user_key` visible at `seq` in the tables.
     pub fn get(&self, user_key: &[u8], seq: SeqNo) -> Result<Option<Found>> {
+        let bounds = self.bounds.get(&self.levels);
         for (level, tables) in self.levels.iter().enumerate() {
             if let Some(Some(view)) = self.level_views.get(level) {
                 if let Some(f) = view.get(user_key, seq)? {
@@ -426,7 +435,12 @@ impl Version {
                     }
                 }
             } else {
-                let i = tables.partition_point(|t| t.largest_user_key() < user_key);
+                debug_assert_eq!(
+                    bounds[level].len(),
+                    tables.len(),
+                    "L{level} changed after get"
+                );
+                let i = bounds[level].find(user_key);
                 if let Some(t) = tables.get(i) {
                     if t.smallest_user_key() <= user_key {
                         if let Some(f) = t.reader()?.get(user_key, seq)? {
@@ -529,6 +543,8 @@ impl Version {
             Some(build) => (0..v.levels.len()).map(|l| build(&v, l)).collect(),
             None => vec![None; v.levels.len()],
         };
+        // Built here, by the writer of the version, not by its first reader.
+        v.bounds.get(&v.levels);
         Ok((v, Removed(removed)))
     }
 
