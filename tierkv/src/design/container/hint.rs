@@ -12,7 +12,11 @@
 //! used only if the next older row in the version is the row they were
 //! built against (same `seq_max` and length); otherwise that row is
 //! searched whole and the chain resumes from it. With hints off
-//! (`Options::pm_hints = false`) every row is searched whole.
+//! (`Options::pm_hints = false`) every row is searched whole. Before
+//! searching a row, a get asks the row's DRAM bloom filter (rowtable.rs):
+//! a row that surely lacks the key is skipped, and the next row is then
+//! searched whole (most gets hold keys no row has: the filters answer
+//! them without a load from PM).
 //!
 //! Iterators seek the same way (one window per row) and then merge the
 //! rows, skipping consumed entries.
@@ -26,6 +30,7 @@ use std::sync::{Arc, OnceLock};
 use crate::error::Result;
 use crate::iter::{EmptyIterator, Found, InternalIterator, TableReader};
 use crate::key::{self, SeqNo};
+use crate::sst::bloom::bloom_hash;
 use crate::version::TableHandle;
 
 use super::rowtable::{Probe, RowTable};
@@ -112,10 +117,16 @@ impl TableReader for ContainerView {
         let r = self.resolved()?;
         let through = r.state.consumed_through(user_key);
         let p = Probe::seek(user_key, seq);
+        let h = bloom_hash(user_key);
         let mut window: Option<(usize, usize)> = None;
         for row in &r.rows {
             if row.seq_max <= through {
                 break; // consumed here and in every older row
+            }
+            if !row.t.may_contain_hash(h) {
+                // No position here to narrow the next row's search by.
+                window = None;
+                continue;
             }
             let n = row.t.len();
             let (lo, hi) = window.unwrap_or((0, n));

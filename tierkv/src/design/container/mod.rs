@@ -480,6 +480,11 @@ impl RowCache {
 
     /// Forgets the rows that are not `live` (their readers and whether
     /// their data was verified).
+    /// DRAM bytes of the open rows' filters (rowtable.rs).
+    pub fn filter_bytes(&self) -> u64 {
+        self.open.lock().values().map(|t| t.filter_bytes()).sum()
+    }
+
     fn retain_live(&self, live: &HashSet<(u64, SeqNo)>) {
         self.open.lock().retain(|id, _| live.contains(id));
         let mut v = self.verified.lock();
@@ -1857,6 +1862,13 @@ impl<D: Drain> Design for ContainerDesign<D> {
 
     fn task_input_bytes(&self, task: &Task) -> Vec<(usize, u64)> {
         Container::task_input_bytes(task)
+    }
+
+    fn stats(&self, _versions: &[Arc<Version>]) -> Vec<(String, String)> {
+        vec![(
+            "container.row_filter_bytes".into(),
+            self.c.rows.filter_bytes().to_string(),
+        )]
     }
 }
 

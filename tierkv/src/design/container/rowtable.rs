@@ -111,6 +111,18 @@
 //! [`RowTable::open`] checks 2–4 and both checksums (and the used bytes of
 //! the live extents when asked); any failure is `Error::Corruption` naming
 //! the region and the byte offset.
+//!
+//! # The DRAM filter
+//!
+//! `open` also builds a bloom filter over the row's user keys in DRAM
+//! ([`FILTER_BITS_PER_KEY`], the SSTs' default: about 0.8% false
+//! positives), from the keys its walk of the elements checks anyway. It is
+//! not stored in PM: a row is opened once per process (the row cache), and
+//! the walk is already paid. A point read asks it before searching the row:
+//! the search is a binary search over elements in PM, one cache miss per
+//! step, and was 8% of a quiesced `medium` triangle readrandom's reading
+//! thread, 64% of it on the element loads, for rows that almost never hold
+//! the key.
 
 use std::cmp::Ordering;
 use std::sync::Arc;
@@ -118,6 +130,7 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::iter::{Found, InternalIterator, TableReader};
 use crate::key::{self, Kind, SeqNo};
+use crate::sst::bloom::{BloomBuilder, BloomFilter};
 use crate::stats::Tier;
 use crate::storage::alloc::PageRun;
 use crate::storage::alloc::PAGE_SIZE_BYTES;
@@ -220,7 +233,14 @@ pub struct RowTable {
     value_bytes: u64,
     key_bytes: u32,
     extents: Vec<Extent>,
+    /// Over the row's user keys (module docs); `None` for an empty row.
+    filter: Option<BloomFilter>,
 }
+
+/// Bits per user key of a row's DRAM filter: the SSTs' default
+/// `bloom_bits_per_key` (about 0.8% false positives), 1.25 bytes per
+/// element beside its 32 in PM.
+pub const FILTER_BITS_PER_KEY: usize = 10;
 
 // SAFETY: `base` points into the region's mapping, which the `Arc` keeps
 // alive; the bytes read through it are immutable while the table is live
@@ -426,6 +446,7 @@ impl RowTable {
         // Elements (invariants 2 and 3).
         let mut ext_i = 0usize;
         let mut last_fwd = 0u32;
+        let mut filter = BloomBuilder::new(FILTER_BITS_PER_KEY);
         for i in 0..n as usize {
             let el = &body[elems_rel + i * ELEMENT_BYTES..elems_rel + (i + 1) * ELEMENT_BYTES];
             let at = m + (HEADER_BYTES + elems_rel + i * ELEMENT_BYTES) as u64;
@@ -437,6 +458,8 @@ impl RowTable {
                     format!("RowTable element {i}: key out of the key area"),
                 ));
             }
+            let k = keys_rel + key_off as usize;
+            filter.add_key(key::user_key(&body[k..k + key_len as usize]));
             let fwd = u32_at(el, 28);
             if fwd > prev_n || fwd < last_fwd {
                 return Err(corrupt(
@@ -499,7 +522,20 @@ impl RowTable {
             value_bytes,
             key_bytes,
             extents,
+            filter: BloomFilter::new(filter.finish()),
         })
+    }
+
+    /// False if the row surely holds no entry of `user_key`, given its
+    /// filter hash ([`bloom_hash`](crate::sst::bloom::bloom_hash)).
+    #[inline]
+    pub fn may_contain_hash(&self, h: u64) -> bool {
+        self.filter.as_ref().is_none_or(|f| f.may_contain_hash(h))
+    }
+
+    /// DRAM bytes of the row's filter.
+    pub fn filter_bytes(&self) -> u64 {
+        self.filter.as_ref().map_or(0, |f| f.size_bytes() as u64)
     }
 
     #[inline]
@@ -685,6 +721,9 @@ impl RowTable {
 /// this reader serves tools and tests.
 impl TableReader for RowTable {
     fn get(&self, user_key: &[u8], seq: SeqNo) -> Result<Option<Found>> {
+        if !self.may_contain_hash(crate::sst::bloom::bloom_hash(user_key)) {
+            return Ok(None);
+        }
         let j = self.lower_bound(&Probe::seek(user_key, seq), 0, self.len());
         if j < self.len() && self.user_key(j) == user_key {
             return Ok(self.found(j));
@@ -1025,6 +1064,7 @@ pub(super) mod tests {
     use super::*;
     use crate::key::make_internal_key;
     use crate::memtable::MemTable;
+    use crate::sst::bloom::bloom_hash;
     use crate::storage::alloc::PageAllocator;
     use crate::storage::sim::SimRegion;
 
@@ -1096,6 +1136,35 @@ pub(super) mod tests {
         )
         .unwrap();
         (b, t)
+    }
+
+    /// The DRAM filter holds every user key of the row (a get never
+    /// misses through it), answers most absent keys, and its bytes are
+    /// counted.
+    #[test]
+    fn filter_has_every_key_and_rules_out_most_others() {
+        let (region, _sim, pages) = setup(4 << 20);
+        let m = Arc::new(MemTable::new(1));
+        for i in 0..2000u64 {
+            let k = format!("key{:08}", i * 2);
+            m.add(i + 1, Kind::Put, k.as_bytes(), b"v");
+        }
+        let (_, t) = build_mem(&region, &pages, &m, None, 4);
+        assert!(t.filter_bytes() >= 2000 * FILTER_BITS_PER_KEY as u64 / 8);
+        for i in 0..2000u64 {
+            let k = format!("key{:08}", i * 2);
+            assert!(t.may_contain_hash(bloom_hash(k.as_bytes())), "{k}");
+            assert!(TableReader::get(&t, k.as_bytes(), u64::MAX)
+                .unwrap()
+                .is_some());
+        }
+        let passed = (0..2000u64)
+            .filter(|i| t.may_contain_hash(bloom_hash(format!("key{:08}", i * 2 + 1).as_bytes())))
+            .count();
+        assert!(
+            passed < 60,
+            "{passed} of 2000 absent keys passed the filter"
+        );
     }
 
     #[test]
