@@ -454,7 +454,13 @@ impl Version {
     }
 
     /// Adds one iterator per L0 table and one per deeper level to `out`.
-    pub fn add_iterators(&self, out: &mut Vec<Box<dyn InternalIterator>>, fill_cache: bool) {
+    /// A level's iterator shares the version's list of tables (a scan's
+    /// seek must not clone and drop a handle per table of every level).
+    pub fn add_iterators(
+        self: &Arc<Self>,
+        out: &mut Vec<Box<dyn InternalIterator>>,
+        fill_cache: bool,
+    ) {
         for (level, tables) in self.levels.iter().enumerate() {
             if let Some(Some(view)) = self.level_views.get(level) {
                 out.push(Arc::clone(view).iter(fill_cache));
@@ -463,7 +469,11 @@ impl Version {
                     out.push(table_iter(t, fill_cache));
                 }
             } else if !tables.is_empty() {
-                out.push(Box::new(LevelIterator::new(tables.clone(), fill_cache)));
+                out.push(Box::new(LevelIterator::of_version(
+                    Arc::clone(self),
+                    level,
+                    fill_cache,
+                )));
             }
         }
     }
@@ -633,10 +643,27 @@ pub fn table_iter(t: &Arc<TableHandle>, fill_cache: bool) -> Box<dyn InternalIte
     }
 }
 
+/// The tables a [`LevelIterator`] walks: its own list (a job's inputs), or
+/// one level of a version it keeps alive.
+enum LevelTables {
+    Owned(Vec<Arc<TableHandle>>),
+    Version(Arc<Version>, usize),
+}
+
+impl LevelTables {
+    #[inline]
+    fn list(&self) -> &[Arc<TableHandle>] {
+        match self {
+            LevelTables::Owned(t) => t,
+            LevelTables::Version(v, level) => v.levels.get(*level).map_or(&[], |t| t.as_slice()),
+        }
+    }
+}
+
 /// Concatenates the disjoint, sorted tables of one level, opening each
 /// table's iterator only when the cursor reaches it.
 pub struct LevelIterator {
-    tables: Vec<Arc<TableHandle>>,
+    tables: LevelTables,
     index: usize,
     cur: Option<Box<dyn InternalIterator>>,
     fill_cache: bool,
@@ -647,7 +674,19 @@ impl LevelIterator {
     /// An iterator over `tables` (sorted by key, disjoint).
     pub fn new(tables: Vec<Arc<TableHandle>>, fill_cache: bool) -> Self {
         LevelIterator {
-            tables,
+            tables: LevelTables::Owned(tables),
+            index: 0,
+            cur: None,
+            fill_cache,
+            err: None,
+        }
+    }
+
+    /// An iterator over `level` of `version` (L1 or deeper), sharing the
+    /// version's list of tables.
+    pub fn of_version(version: Arc<Version>, level: usize, fill_cache: bool) -> Self {
+        LevelIterator {
+            tables: LevelTables::Version(version, level),
             index: 0,
             cur: None,
             fill_cache,
@@ -664,6 +703,7 @@ impl LevelIterator {
         self.index = index;
         self.cur = self
             .tables
+            .list()
             .get(index)
             .map(|t| table_iter(t, self.fill_cache));
     }
@@ -675,7 +715,7 @@ impl LevelIterator {
                 self.cur = None;
                 return;
             }
-            if self.index + 1 >= self.tables.len() {
+            if self.index + 1 >= self.tables.list().len() {
                 self.cur = None;
                 return;
             }
@@ -717,17 +757,17 @@ impl InternalIterator for LevelIterator {
         self.skip_forward();
     }
     fn seek_to_last(&mut self) {
-        self.open(self.tables.len().saturating_sub(1));
+        self.open(self.tables.list().len().saturating_sub(1));
         if let Some(c) = &mut self.cur {
             c.seek_to_last();
         }
         self.skip_backward();
     }
     fn seek(&mut self, target: &[u8]) {
-        let i = self
-            .tables
-            .partition_point(|t| compare_internal(&t.meta.largest, target) == Ordering::Less);
-        if i >= self.tables.len() {
+        let tables = self.tables.list();
+        let i =
+            tables.partition_point(|t| compare_internal(&t.meta.largest, target) == Ordering::Less);
+        if i >= tables.len() {
             self.cur = None;
             return;
         }
