@@ -660,13 +660,19 @@ impl Inner {
     /// frees them): reads after a fill then find the cores the compaction
     /// paying its debt would otherwise share. Called by the flush thread
     /// between jobs (at least every 200 ms). REQUIRES: `state` locked.
+    ///
+    /// "Delayed or stopped" is the verdict for the current versions,
+    /// computed here without touching the write controller, not the one
+    /// the last write cached ([`State::writes_held`]): with no write since,
+    /// nothing recomputes that one, so a burst whose last write was delayed
+    /// could keep compaction at normal priority until the next write.
     pub(super) fn relax_compaction_cpu(&self, st: &State, now: Instant) {
         if let Some(cpu) = &self.compaction_cpu {
             let quiet = st
                 .pacer
                 .last_sample()
                 .is_none_or(|t| now.saturating_duration_since(t) >= QUIET);
-            if quiet && !st.writes_held() {
+            if quiet && self.regions_verdict(st).0 == WriteControl::Proceed {
                 cpu.set_idle(true);
             }
         }
