@@ -31,7 +31,7 @@ pub struct LevelBounds {
     /// Each key's first eight bytes, big-endian, zero-padded.
     prefixes: Vec<u64>,
     /// Where each key ends in `keys`.
-    ends: Vec<u32>,
+    ends: Vec<usize>,
     /// The keys, back to back.
     keys: Vec<u8>,
 }
@@ -48,9 +48,7 @@ impl LevelBounds {
             let k = t.largest_user_key();
             b.prefixes.push(prefix(k));
             b.keys.extend_from_slice(k);
-            // A table's key is at most a few KiB and a level holds at most
-            // thousands of tables: offsets fit in u32 with room to spare.
-            b.ends.push(b.keys.len() as u32);
+            b.ends.push(b.keys.len());
         }
         b
     }
@@ -67,8 +65,8 @@ impl LevelBounds {
 
     /// Largest user key of table `i`.
     fn key(&self, i: usize) -> &[u8] {
-        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
-        &self.keys[start..self.ends[i] as usize]
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.keys[start..self.ends[i]]
     }
 
     /// Index of the first table whose largest user key is `>= user_key`
@@ -179,7 +177,7 @@ mod tests {
         for k in &largest {
             b.prefixes.push(prefix(k));
             b.keys.extend_from_slice(k);
-            b.ends.push(b.keys.len() as u32);
+            b.ends.push(b.keys.len());
         }
         assert_eq!(b.len(), largest.len());
         let mut probes: Vec<Vec<u8>> = Vec::new();

@@ -478,13 +478,13 @@ impl RowCache {
         self.open.lock().insert(id, Arc::clone(t));
     }
 
-    /// Forgets the rows that are not `live` (their readers and whether
-    /// their data was verified).
     /// DRAM bytes of the open rows' filters (rowtable.rs).
     pub fn filter_bytes(&self) -> u64 {
         self.open.lock().values().map(|t| t.filter_bytes()).sum()
     }
 
+    /// Forgets the rows that are not `live` (their readers and whether
+    /// their data was verified).
     fn retain_live(&self, live: &HashSet<(u64, SeqNo)>) {
         self.open.lock().retain(|id, _| live.contains(id));
         let mut v = self.verified.lock();

@@ -233,7 +233,8 @@ pub struct RowTable {
     value_bytes: u64,
     key_bytes: u32,
     extents: Vec<Extent>,
-    /// Over the row's user keys (module docs); `None` for an empty row.
+    /// Over the row's user keys (module docs). `None` would mean every
+    /// key may be present; `open` always builds one.
     filter: Option<BloomFilter>,
 }
 
