@@ -113,6 +113,19 @@ pub fn parse_internal_key(ikey: &[u8]) -> Option<ParsedKey<'_>> {
     })
 }
 
+/// A user key's first 8 bytes as a big-endian number, zero-padded. If
+/// two keys' numbers differ, they order as the keys do: the first byte
+/// where the padded forms differ is either a real byte of both keys, or a
+/// pad of the shorter one against a nonzero byte of the longer, which then
+/// has the shorter as a prefix. (Equal numbers settle nothing.)
+#[inline]
+pub fn user_key_prefix(user_key: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    let n = user_key.len().min(8);
+    b[..n].copy_from_slice(&user_key[..n]);
+    u64::from_be_bytes(b)
+}
+
 /// The user-key part of an internal key (empty if malformed).
 #[inline]
 pub fn user_key(ikey: &[u8]) -> &[u8] {

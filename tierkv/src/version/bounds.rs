@@ -24,6 +24,7 @@ use std::cmp::Ordering;
 use std::sync::{Arc, OnceLock};
 
 use super::TableHandle;
+use crate::key::user_key_prefix as prefix;
 
 /// The largest user keys of one sorted level's tables, in table order.
 #[derive(Debug, Default)]
@@ -39,13 +40,17 @@ pub struct LevelBounds {
 impl LevelBounds {
     /// The bounds of a level's tables (sorted by key, disjoint).
     pub fn new(tables: &[Arc<TableHandle>]) -> Self {
+        Self::of_keys(tables.iter().map(|t| t.largest_user_key()))
+    }
+
+    /// The bounds of ascending largest user keys, one per table.
+    fn of_keys<'a>(largest: impl ExactSizeIterator<Item = &'a [u8]>) -> Self {
         let mut b = LevelBounds {
-            prefixes: Vec::with_capacity(tables.len()),
-            ends: Vec::with_capacity(tables.len()),
-            keys: Vec::with_capacity(tables.iter().map(|t| t.largest_user_key().len()).sum()),
+            prefixes: Vec::with_capacity(largest.len()),
+            ends: Vec::with_capacity(largest.len()),
+            keys: Vec::new(),
         };
-        for t in tables {
-            let k = t.largest_user_key();
+        for k in largest {
             b.prefixes.push(prefix(k));
             b.keys.extend_from_slice(k);
             b.ends.push(b.keys.len());
@@ -90,19 +95,6 @@ impl LevelBounds {
         }
         lo
     }
-}
-
-/// A key's first eight bytes as a big-endian number, zero-padded. If two
-/// keys' numbers differ, they order as the keys do: the first byte where
-/// the padded forms differ is either a real byte of both keys, or a pad of
-/// the shorter one against a nonzero byte of the longer, which then has
-/// the shorter as a prefix.
-#[inline]
-fn prefix(k: &[u8]) -> u64 {
-    let mut b = [0u8; 8];
-    let n = k.len().min(8);
-    b[..n].copy_from_slice(&k[..n]);
-    u64::from_be_bytes(b)
 }
 
 /// A version's per-level bounds (L0's is empty: its tables overlap and are
@@ -173,12 +165,7 @@ mod tests {
         ];
         largest.sort();
         largest.dedup();
-        let mut b = LevelBounds::default();
-        for k in &largest {
-            b.prefixes.push(prefix(k));
-            b.keys.extend_from_slice(k);
-            b.ends.push(b.keys.len());
-        }
+        let b = LevelBounds::of_keys(largest.iter().map(Vec::as_slice));
         assert_eq!(b.len(), largest.len());
         let mut probes: Vec<Vec<u8>> = Vec::new();
         for k in &largest {

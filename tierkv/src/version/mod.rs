@@ -673,20 +673,18 @@ pub struct LevelIterator {
 impl LevelIterator {
     /// An iterator over `tables` (sorted by key, disjoint).
     pub fn new(tables: Vec<Arc<TableHandle>>, fill_cache: bool) -> Self {
-        LevelIterator {
-            tables: LevelTables::Owned(tables),
-            index: 0,
-            cur: None,
-            fill_cache,
-            err: None,
-        }
+        Self::over(LevelTables::Owned(tables), fill_cache)
     }
 
     /// An iterator over `level` of `version` (L1 or deeper), sharing the
     /// version's list of tables.
     pub fn of_version(version: Arc<Version>, level: usize, fill_cache: bool) -> Self {
+        Self::over(LevelTables::Version(version, level), fill_cache)
+    }
+
+    fn over(tables: LevelTables, fill_cache: bool) -> Self {
         LevelIterator {
-            tables: LevelTables::Version(version, level),
+            tables,
             index: 0,
             cur: None,
             fill_cache,

@@ -152,13 +152,7 @@ const PAGE: u64 = PAGE_SIZE_BYTES;
 
 /// The first 8 bytes of a user key as a big-endian number (zero padded):
 /// if two prefixes differ, they order the keys (module docs).
-#[inline]
-pub fn key_prefix(user_key: &[u8]) -> u64 {
-    let mut b = [0u8; 8];
-    let n = user_key.len().min(8);
-    b[..n].copy_from_slice(&user_key[..n]);
-    u64::from_be_bytes(b)
-}
+pub use crate::key::user_key_prefix as key_prefix;
 
 /// A search target: an internal key given as its parts.
 #[derive(Debug, Clone, Copy)]
