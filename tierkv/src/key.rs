@@ -154,17 +154,36 @@ pub fn compare_internal(a: &[u8], b: &[u8]) -> Ordering {
     }
 }
 
+/// Bytes of an internal key an [`InternalKey`] holds without a heap
+/// allocation: a 24-byte user key and its trailer.
+pub const INLINE_KEY_BYTES: usize = 32;
+
 /// An owned internal key that orders as [`compare_internal`]; the key type of
-/// the memtable skiplist.
+/// the memtable skiplist. Keys up to [`INLINE_KEY_BYTES`] live inside the
+/// `InternalKey` itself, so a skiplist node holds its key's bytes: a search step
+/// compares against the node it has already loaded instead of following a
+/// second pointer to a heap allocation (two dependent cache misses a step
+/// with a `Vec`), and an insert makes one allocation fewer.
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub struct InternalKey(pub Vec<u8>);
+pub struct InternalKey(smallvec::SmallVec<[u8; INLINE_KEY_BYTES]>);
 
 impl InternalKey {
     /// Builds one.
+    #[inline]
     pub fn new(user_key: &[u8], seq: SeqNo, kind: Kind) -> Self {
-        InternalKey(make_internal_key(user_key, seq, kind))
+        let mut v = smallvec::SmallVec::with_capacity(user_key.len() + TRAILER_LEN);
+        v.extend_from_slice(user_key);
+        v.extend_from_slice(&pack_trailer(seq, kind).to_le_bytes());
+        InternalKey(v)
+    }
+    /// The key that positions at the newest entry of `user_key` visible at
+    /// snapshot `seq` (as [`seek_key`]).
+    #[inline]
+    pub fn seek(user_key: &[u8], seq: SeqNo) -> Self {
+        Self::new(user_key, seq, Kind::MAX)
     }
     /// The encoding.
+    #[inline]
     pub fn encoded(&self) -> &[u8] {
         &self.0
     }
@@ -174,13 +193,54 @@ impl InternalKey {
     }
 }
 
+/// A borrowed encoded internal key that orders as [`compare_internal`]:
+/// what [`InternalKey`] borrows as, so a skiplist can be searched with an
+/// encoding it did not build (`SkipMap::lower_bound(Bound::Included(
+/// InternalKeyRef::new(bytes)))`) without copying it.
+#[derive(PartialEq, Eq, Hash)]
+#[repr(transparent)]
+pub struct InternalKeyRef([u8]);
+
+impl InternalKeyRef {
+    /// Views an encoding as a key.
+    #[inline]
+    pub fn new(encoded: &[u8]) -> &InternalKeyRef {
+        // SAFETY: `InternalKeyRef` is `repr(transparent)` over `[u8]`, so the
+        // two references have the same layout and metadata.
+        unsafe { &*(encoded as *const [u8] as *const InternalKeyRef) }
+    }
+}
+
+impl Ord for InternalKeyRef {
+    #[inline]
+    fn cmp(&self, other: &Self) -> Ordering {
+        compare_internal(&self.0, &other.0)
+    }
+}
+
+impl PartialOrd for InternalKeyRef {
+    #[inline]
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl std::borrow::Borrow<InternalKeyRef> for InternalKey {
+    #[inline]
+    fn borrow(&self) -> &InternalKeyRef {
+        InternalKeyRef::new(&self.0)
+    }
+}
+
 impl Ord for InternalKey {
+    #[inline]
     fn cmp(&self, other: &Self) -> Ordering {
         compare_internal(&self.0, &other.0)
     }
 }
 
 impl PartialOrd for InternalKey {
+    #[inline]
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
     }
