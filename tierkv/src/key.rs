@@ -160,10 +160,11 @@ pub const INLINE_KEY_BYTES: usize = 32;
 
 /// An owned internal key that orders as [`compare_internal`]; the key type of
 /// the memtable skiplist. Keys up to [`INLINE_KEY_BYTES`] live inside the
-/// `InternalKey` itself, so a skiplist node holds its key's bytes: a search step
-/// compares against the node it has already loaded instead of following a
-/// second pointer to a heap allocation (two dependent cache misses a step
-/// with a `Vec`), and an insert makes one allocation fewer.
+/// `InternalKey` itself, so a skiplist node holds its key's bytes: an
+/// insert makes one allocation fewer and a search step compares against
+/// the node it has already loaded. (A search's cost is still the node
+/// loads: a `Vec` key's buffer sat next to its node, allocated just
+/// before it — README, issue 21.)
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct InternalKey(smallvec::SmallVec<[u8; INLINE_KEY_BYTES]>);
 
