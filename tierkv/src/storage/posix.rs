@@ -116,8 +116,8 @@ thread_local! {
 /// is allocated: every writable file has one, and zero-filling 1 MiB per
 /// file was 2% of a `leveldb10` fill's samples (10% of a compaction thread
 /// cutting vLSM's 512 KiB tables and 64 KiB vSSTs), about 0.2 ms in the
-/// writer at each WAL a memtable switch creates. Only bytes written at least once (below
-/// `init`) are ever viewed.
+/// writer at each WAL a memtable switch creates. Only bytes written at
+/// least once (below `init`) are ever viewed.
 struct AlignedBuf {
     ptr: NonNull<u8>,
     cap: usize,
@@ -186,7 +186,7 @@ impl AlignedBuf {
     fn copy_within(&mut self, src: std::ops::Range<usize>, dest: usize) {
         assert!(src.start <= src.end && src.end <= self.init && dest <= self.init);
         let len = src.end - src.start;
-        assert!(dest + len <= self.cap);
+        assert!(dest.checked_add(len).is_some_and(|e| e <= self.cap));
         // SAFETY: both ranges lie within the allocation (checked); `copy`
         // allows them to overlap.
         unsafe {
@@ -837,7 +837,7 @@ mod tests {
         b.copy_within(6..11, 0);
         assert_eq!(b.filled(0..5), b"world");
         assert_eq!(b.filled(0..11), b"world world");
-        // Overwriting inside what was written, and writing up to the end.
+        // Writing on from the end of what was written, up to the capacity.
         b.write_at(11, &[7u8; 2 * DIRECT_ALIGN - 11]);
         assert_eq!(b.filled(2 * DIRECT_ALIGN - 1..2 * DIRECT_ALIGN), [7]);
         let beyond = |f: fn(&mut AlignedBuf)| {
