@@ -164,16 +164,14 @@ impl AlignedBuf {
     /// Copies `data` to `at`, which may not leave a gap after the bytes
     /// written so far. Panics if it does or if `data` does not fit.
     fn write_at(&mut self, at: usize, data: &[u8]) {
-        let end = at.checked_add(data.len()).filter(|&e| e <= self.cap);
-        let end = match end {
-            Some(e) if at <= self.init => e,
-            _ => panic!(
-                "AlignedBuf: {} bytes at {at} (written {}, capacity {})",
-                data.len(),
-                self.init,
-                self.cap
-            ),
-        };
+        assert!(
+            at <= self.init && at.checked_add(data.len()).is_some_and(|e| e <= self.cap),
+            "AlignedBuf: {} bytes at {at} (written {}, capacity {})",
+            data.len(),
+            self.init,
+            self.cap
+        );
+        let end = at + data.len();
         // SAFETY: `[at, end)` lies within the allocation (checked), `data`
         // cannot overlap a buffer we own exclusively (`&mut self`).
         unsafe {
