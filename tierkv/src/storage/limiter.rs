@@ -352,6 +352,12 @@ impl FileSystem for GovernedFs {
     fn link(&self, from: &Path, to: &Path) -> Result<bool> {
         self.inner.link(from, to)
     }
+    fn retire(&self, path: &Path, to: &Path) -> Result<bool> {
+        self.inner.retire(path, to)
+    }
+    fn reuse(&self, from: &Path, path: &Path, hint: WriteHint) -> Result<Box<dyn WritableFile>> {
+        self.inner.reuse(from, path, hint)
+    }
 }
 
 #[cfg(test)]

@@ -96,6 +96,27 @@ pub trait FileSystem: Send + Sync + 'static {
         let _ = (from, to);
         Ok(false)
     }
+    /// Keeps the file `path`, which nothing will read again, under the name
+    /// `to` for [`FileSystem::reuse`]: `Ok(false)` (the caller removes it)
+    /// unless overwriting the file in place is cheaper here than creating
+    /// one, and no other name links it (a checkpoint's hard link) and this
+    /// process has no reader of it open. Like a removal, the rename is
+    /// durable after [`FileSystem::sync_dir`]. The default keeps nothing.
+    fn retire(&self, path: &Path, to: &Path) -> Result<bool> {
+        let _ = (path, to);
+        Ok(false)
+    }
+    /// Creates `path` from the file `from` that [`FileSystem::retire`]
+    /// kept: as [`FileSystem::create`] (an empty file for appending, the
+    /// name durable after [`FileSystem::sync_dir`]), but the old file's
+    /// storage is written over in place and whatever lies past the
+    /// appended bytes is cut off when the file is synced. Until then the
+    /// file may show old bytes past its end: no reader opens it before.
+    /// The default removes `from` and creates `path`.
+    fn reuse(&self, from: &Path, path: &Path, hint: WriteHint) -> Result<Box<dyn WritableFile>> {
+        self.remove(from)?;
+        self.create(path, hint)
+    }
 }
 
 /// Copies the file `from` to `to` (created or truncated) and syncs it; the

@@ -32,6 +32,20 @@
 //!   a table waits for the last `n` bytes or so, not the whole file. Since
 //!   drains happen a buffer at a time, `n` is rounded up to whole buffers.
 //!
+//! * **Reuse** ([`FileSystem::reuse`], buffered only): a file
+//!   [`FileSystem::retire`] kept is renamed and written over from offset 0;
+//!   its old bytes past what was appended are cut off (`ftruncate`) at the
+//!   first `sync` (or at drop, if never synced). Writing over pages the
+//!   page cache holds, on blocks the file system has allocated, costs a
+//!   fraction of writing a new file: one GiB of 1 MiB `pwrite`s took 0.14 s
+//!   over a cached file against 0.26–0.54 s into a new one on this
+//!   project's development machine (ext4), and a new inode first scans its
+//!   group for recently deleted ones (`recently_deleted`, without a
+//!   journal). A file is retired only if no other name links it and no
+//!   reader of it is open in this process ([`OPEN_READERS`]: opens and
+//!   retirements take one lock, so none slips between the check and the
+//!   rename).
+//!
 //! Layout of the buffer against the file, in direct mode:
 //!
 //! ```text
@@ -52,7 +66,8 @@
 //!    file or in the buffer.
 //! 2. In direct mode `buf_offset % DIRECT_ALIGN == 0`; in buffered mode the
 //!    OS has exactly `buf_offset` bytes (`os_len == buf_offset`).
-//! 3. `os_len` (what the OS has) is in `buf_offset ..= len()`.
+//! 3. `os_len` (what the OS has) is in `buf_offset ..= len()`. A reused
+//!    file may hold old bytes past `os_len` until `cut_pending` is cleared.
 //!
 //! After an I/O error a writable file is in an unspecified state and must be
 //! abandoned (the engine stops on background I/O errors).
@@ -66,6 +81,7 @@
 //! at a time (`&mut self`); a [`RandomAccessFile`] is shared: `pread` needs no
 //! file position, so concurrent reads need no lock.
 
+use std::collections::HashMap;
 use std::fs;
 use std::io;
 use std::mem::MaybeUninit;
@@ -73,7 +89,9 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
+
+use parking_lot::Mutex;
 
 use rustix::fs::{FlockOperation, Mode, OFlags};
 use rustix::io::Errno;
@@ -95,6 +113,28 @@ impl PosixFs {
     /// The file system.
     pub fn new() -> Self {
         PosixFs
+    }
+}
+
+/// The files (device, inode) this process has open for reading, with how
+/// many readers each: [`FileSystem::retire`] keeps none of them. Opening a
+/// reader holds the lock from the `open` to the count, and a retirement
+/// from the check to the rename.
+static OPEN_READERS: LazyLock<Mutex<HashMap<(u64, u64), usize>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// One reader's count in [`OPEN_READERS`], given back on drop.
+struct ReaderMark((u64, u64));
+
+impl Drop for ReaderMark {
+    fn drop(&mut self) {
+        let mut open = OPEN_READERS.lock();
+        if let Some(n) = open.get_mut(&self.0) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.0);
+            }
+        }
     }
 }
 
@@ -226,6 +266,8 @@ struct PosixWritable {
     bytes_per_sync: u64,
     /// Write-back has been started for the bytes before this offset.
     writeback_from: u64,
+    /// A reused file ([`FileSystem::reuse`]) not yet cut to its length.
+    cut_pending: bool,
 }
 
 impl PosixWritable {
@@ -240,7 +282,17 @@ impl PosixWritable {
             os_len: 0,
             bytes_per_sync,
             writeback_from: 0,
+            cut_pending: false,
         }
+    }
+
+    /// A reused file: cuts off the old bytes past what was appended.
+    fn cut(&mut self) -> io::Result<()> {
+        if self.cut_pending {
+            self.file.set_len(self.os_len)?;
+            self.cut_pending = false;
+        }
+        Ok(())
     }
 
     /// Buffered mode: once the OS holds `bytes_per_sync` bytes whose
@@ -380,6 +432,7 @@ impl WritableFile for PosixWritable {
 
     fn sync(&mut self) -> Result<()> {
         self.flush()?;
+        self.cut().map_err(ctx("truncate", &self.path))?;
         rustix::fs::fdatasync(&self.file)
             .map_err(|e| Error::io(format!("sync {}", self.path.display()), e.into()))
     }
@@ -395,7 +448,7 @@ impl WritableFile for PosixWritable {
 
 impl Drop for PosixWritable {
     fn drop(&mut self) {
-        if let Err(e) = self.drain(true) {
+        if let Err(e) = self.drain(true).and_then(|()| self.cut()) {
             log::warn!(
                 "{}: flushing buffered bytes on close failed: {e}",
                 self.path.display()
@@ -462,6 +515,7 @@ struct PosixReadable {
     len: u64,
     /// False once the kernel refused `RWF_NOWAIT` for this file.
     nowait: AtomicBool,
+    _open: ReaderMark,
 }
 
 impl PosixReadable {
@@ -612,13 +666,19 @@ impl FileSystem for PosixFs {
     }
 
     fn open(&self, path: &Path) -> Result<Arc<dyn RandomAccessFile>> {
+        use std::os::unix::fs::MetadataExt;
+        let mut open = OPEN_READERS.lock();
         let file = fs::File::open(path).map_err(ctx("open", path))?;
-        let len = file.metadata().map_err(ctx("stat", path))?.len();
+        let meta = file.metadata().map_err(ctx("stat", path))?;
+        let id = (meta.dev(), meta.ino());
+        *open.entry(id).or_insert(0) += 1;
+        drop(open);
         Ok(Arc::new(PosixReadable {
             path: path.to_path_buf(),
             file,
-            len,
+            len: meta.len(),
             nowait: AtomicBool::new(true),
+            _open: ReaderMark(id),
         }))
     }
 
@@ -644,6 +704,36 @@ impl FileSystem for PosixFs {
                 e,
             )),
         }
+    }
+
+    fn retire(&self, path: &Path, to: &Path) -> Result<bool> {
+        use std::os::unix::fs::MetadataExt;
+        let open = OPEN_READERS.lock();
+        let meta = fs::metadata(path).map_err(ctx("stat", path))?;
+        if meta.nlink() != 1 || open.contains_key(&(meta.dev(), meta.ino())) {
+            return Ok(false);
+        }
+        self.rename(path, to)?;
+        Ok(true)
+    }
+
+    fn reuse(&self, from: &Path, path: &Path, hint: WriteHint) -> Result<Box<dyn WritableFile>> {
+        if hint.direct {
+            // Written around the page cache: nothing to gain.
+            self.remove(from)?;
+            return self.create(path, hint);
+        }
+        self.rename(from, path)?;
+        let fd = rustix::fs::open(path, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())
+            .map_err(|e| Error::io(format!("create {}", path.display()), e.into()))?;
+        let mut w = PosixWritable::new(
+            path,
+            fs::File::from(fd),
+            IoMode::Buffered,
+            hint.bytes_per_sync,
+        );
+        w.cut_pending = true;
+        Ok(Box::new(w))
     }
 
     fn rename(&self, from: &Path, to: &Path) -> Result<()> {
@@ -1022,5 +1112,87 @@ mod tests {
             Err(Error::Io { context, .. }) => assert!(context.contains("remove")),
             other => panic!("expected io error, got {other:?}"),
         }
+    }
+
+    /// A reused file holds exactly what was appended to it, shorter or
+    /// longer than the file it was, synced or only dropped.
+    #[test]
+    fn a_reused_file_is_written_over_and_cut_to_what_was_appended() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = PosixFs::new();
+        let (a, b, c) = (
+            dir.path().join("000001.sst"),
+            dir.path().join("000002.sst"),
+            dir.path().join("000003.sst"),
+        );
+        let kept = dir.path().join("000001.recycle");
+        drop(synced_file(&fs, &a, &pattern(10_000, 1)));
+        assert!(fs.retire(&a, &kept).unwrap());
+        assert!(!a.exists() && kept.exists());
+
+        // Shorter than the old bytes, synced.
+        let mut f = fs.reuse(&kept, &b, WriteHint::default()).unwrap();
+        let short = pattern(3000, 2);
+        f.append(&short).unwrap();
+        f.sync().unwrap();
+        assert!(fs.read_all(&b).unwrap() == short, "cut at the sync");
+        drop(f);
+        assert!(!kept.exists());
+
+        // Longer, past a write-back request and the write buffer, synced.
+        assert!(fs.retire(&b, &kept).unwrap());
+        let hint = WriteHint {
+            bytes_per_sync: 4096,
+            ..WriteHint::default()
+        };
+        let mut f = fs.reuse(&kept, &c, hint).unwrap();
+        let long = pattern(WRITE_BUFFER_BYTES + 5000, 3);
+        f.append(&long).unwrap();
+        f.sync().unwrap();
+        drop(f);
+        assert!(fs.read_all(&c).unwrap() == long, "extended");
+
+        // Shorter again, never synced: cut when dropped.
+        assert!(fs.retire(&c, &kept).unwrap());
+        let mut f = fs.reuse(&kept, &a, WriteHint::default()).unwrap();
+        f.append(b"tail").unwrap();
+        drop(f);
+        assert_eq!(fs.read_all(&a).unwrap(), b"tail");
+
+        // Direct output gains nothing from cached pages: a new file.
+        assert!(fs.retire(&a, &kept).unwrap());
+        let mut f = fs.reuse(&kept, &b, WriteHint::direct()).unwrap();
+        f.append(b"fresh").unwrap();
+        f.sync().unwrap();
+        drop(f);
+        assert_eq!(fs.read_all(&b).unwrap(), b"fresh");
+        assert!(!kept.exists());
+    }
+
+    /// A file another name links (a checkpoint's hard link) or a reader of
+    /// this process has open is never kept for reuse: writing over it
+    /// would change what they read.
+    #[test]
+    fn a_linked_or_open_file_is_not_retired() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = PosixFs::new();
+        let a = dir.path().join("000001.sst");
+        let kept = dir.path().join("000001.recycle");
+        let data = pattern(8192, 4);
+        let reader = synced_file(&fs, &a, &data);
+        assert!(!fs.retire(&a, &kept).unwrap(), "a reader is open");
+        let twin = fs.open(&a).unwrap();
+        drop(reader);
+        assert!(!fs.retire(&a, &kept).unwrap(), "one reader is still open");
+        drop(twin);
+
+        let link = dir.path().join("checkpoint.sst");
+        assert!(fs.link(&a, &link).unwrap());
+        assert!(!fs.retire(&a, &kept).unwrap(), "another name links it");
+        assert!(a.exists() && !kept.exists());
+        fs.remove(&link).unwrap();
+
+        assert!(fs.retire(&a, &kept).unwrap());
+        assert!(!a.exists() && kept.exists());
     }
 }
