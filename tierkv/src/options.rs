@@ -295,6 +295,18 @@ pub struct Options {
     /// synced write or a WAL switch finds little left to write. 0 (the
     /// default): never. A WAL on PM persists per record and ignores it.
     pub wal_bytes_per_sync: u64,
+    /// Obsolete SST files kept to be written over by new tables, as
+    /// RocksDB's `recycle_log_file_num` keeps WAL files (0: every obsolete
+    /// table is unlinked). Default 8, ours. Writing a table over an old
+    /// file costs the kernel less than a new file (no new page-cache pages,
+    /// blocks or inode): `triangle`'s `medium` fill ran faster in three of
+    /// three alternated pairs (+5-19%) with 5-13% less CPU a put;
+    /// `classic`'s within the noise (README, "Recycled table files"). Kept
+    /// files hold at most this many tables' bytes of disk, only while the
+    /// device has 64 times a file's size free; `close` removes them, as
+    /// does the next open after a crash. A file another name links (a
+    /// checkpoint's hard link) is never kept (version/recycle.rs).
+    pub recycle_table_files: usize,
     /// Verify block checksums on every read (always on for metadata).
     pub verify_checksums: bool,
     /// Compression of the data blocks of SSTs written to every level
@@ -507,6 +519,7 @@ impl Default for Options {
             use_direct_io_for_flush_and_compaction: false,
             bytes_per_sync: 1 << 20,
             wal_bytes_per_sync: 0,
+            recycle_table_files: 8,
             verify_checksums: true,
             compression: Compression::None,
             compression_per_level: Vec::new(),
@@ -575,6 +588,7 @@ impl fmt::Debug for Options {
                 &self.adaptive_compaction_priority,
             )
             .field("background_io_autotune", &self.background_io_autotune)
+            .field("recycle_table_files", &self.recycle_table_files)
             .field("vsst", &self.vsst)
             .field("vlsm_growth_factor", &self.vlsm_growth_factor)
             .field("vlsm_phi", &self.vlsm_phi)

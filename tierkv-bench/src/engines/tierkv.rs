@@ -139,6 +139,9 @@ pub enum Knob {
     /// `sub=`: parts one merge may be cut into (`Options::max_subcompactions`,
     /// default the background threads; `sub=1`: none).
     Subcompactions(u64),
+    /// `recycle=`: obsolete table files kept for new tables to be written
+    /// over (`Options::recycle_table_files`, default 8; `recycle=0`: none).
+    Recycle(u64),
     /// `mfilter=0|1`: the DRAM memtables' key filter off or on
     /// (`Options::memtable_filter_ratio`: 0, or its default 1/64).
     MemFilter(bool),
@@ -283,6 +286,7 @@ pub fn parse_knobs(spec: &str) -> Result<Vec<Knob>> {
             "limit" => Knob::ContainerLimit(n),
             "k" if n >= 1 => Knob::Collectors(n),
             "sub" if (1..=64).contains(&n) => Knob::Subcompactions(n),
+            "recycle" => Knob::Recycle(n),
             "sub" => {
                 return Err(Error::Usage(format!(
                     "knob `{part}` of `{spec}`: sub is 1..=64"
@@ -374,6 +378,7 @@ pub fn options_for_spec(preset: Preset, spec: &str, setup: &EngineSetup) -> Resu
             | Knob::ContainerLimit(_)
             | Knob::Collectors(_)
             | Knob::Subcompactions(_)
+            | Knob::Recycle(_)
             | Knob::Pacing(_)
             | Knob::Nice(_)
             | Knob::SchedIdle(_)
@@ -416,6 +421,7 @@ pub fn options_for_spec(preset: Preset, spec: &str, setup: &EngineSetup) -> Resu
             Knob::ContainerLimit(n) => o.pm_container_limit_bytes = n,
             Knob::Collectors(n) => o.pm_collector_threads = n as usize,
             Knob::Subcompactions(n) => o.max_subcompactions = n as usize,
+            Knob::Recycle(n) => o.recycle_table_files = n as usize,
             Knob::Pacing(on) => o.write_pacing = on,
             Knob::Nice(n) => o.background_nice = n as i32,
             Knob::SchedIdle(on) => o.background_sched_idle = on,

@@ -191,7 +191,12 @@ impl<'a, 'e> Outputs<'a, 'e> {
                 direct: self.env.opts.use_direct_io_for_flush_and_compaction,
                 bytes_per_sync: self.env.opts.bytes_per_sync,
             };
-            let mut file = self.env.fs.create(&path, hint)?;
+            let mut file =
+                self.env
+                    .versions
+                    .ctx()
+                    .recycler
+                    .create(self.env.fs.as_ref(), &path, hint)?;
             // L0 is a flush's target: writers wait on it, so it is not
             // limited.
             if let Some(l) = self.env.limiter.filter(|_| self.level >= 1) {

@@ -460,7 +460,10 @@ impl Db {
     /// the design reports none); `tierkv.headroom` (what the pacing write
     /// controller reads of the design's bounded resource, per region:
     /// `region 0: free <bytes> capacity <bytes> step <bytes>`, in user
-    /// bytes; `None` when the memtables are the only one); RocksDB's four background figures
+    /// bytes; `None` when the memtables are the only one);
+    /// `tierkv.recycled-tables` (`reused <n>` tables written over an
+    /// obsolete table's file, `kept <n>` such files now:
+    /// `Options::recycle_table_files`); RocksDB's four background figures
     /// `tierkv.num-running-flushes`, `tierkv.num-running-compactions`,
     /// `tierkv.mem-table-flush-pending` and `tierkv.compaction-pending`
     /// (all 0 once background work is done); `None` for unknown names.
@@ -526,6 +529,7 @@ impl Db {
         // owner): the retired versions' storage is released with the rest.
         self.inner.reap_super_versions();
         self.inner.release_obsolete();
+        self.inner.remove_kept_tables();
         self.inner.deleter.stop();
         // Record a clean close (CLOSED: the manifest's and the WALs'
         // lengths) only if everything got out whole.

@@ -1,6 +1,8 @@
 //! Releasing storage no version references: the PM pages and SST files of
 //! tables removed by a durable edit whose last handle is gone
-//! (version/mod.rs invariant 3), and at open the files a crash left
+//! (version/mod.rs invariant 3; an SST file is kept for reuse instead of
+//! unlinked while `Options::recycle_table_files` allows, version/recycle.rs),
+//! and at open the files a crash left
 //! behind — deleted, or kept in `lost/` (`crate::lost`) when a damaged
 //! manifest or WAL means they may hold what a person wants ([`Salvage`]).
 
@@ -16,6 +18,7 @@ use crate::error::Result;
 use crate::stats::Tier;
 use crate::storage::FileSystem;
 use crate::version::closed::CLOSED_FILE_NAME;
+use crate::version::recycle::TableRecycler;
 
 use super::Inner;
 
@@ -81,8 +84,20 @@ impl Inner {
             drop(self.state.lock());
             self.done_cv.notify_all();
         }
+        let ctx = self.versions.ctx();
         for m in ssd_tables {
-            self.deleter.remove(self.versions.ctx().sst_path(m.id));
+            let path = ctx.sst_path(m.id);
+            if !ctx.recycler.retire(self.fs.as_ref(), &path) {
+                self.deleter.remove(path);
+            }
+        }
+    }
+
+    /// Removes the table files kept for reuse (at close: nothing will take
+    /// them).
+    pub(super) fn remove_kept_tables(&self) {
+        for path in self.versions.ctx().recycler.drain() {
+            self.deleter.remove(path);
         }
     }
 
@@ -119,6 +134,9 @@ impl Inner {
             {
                 let dead = manifest.is_some_and(|m| m != n);
                 (dead, dead && salvage.manifest_torn)
+            } else if TableRecycler::is_kept_name(&name) {
+                // Kept for reuse by an earlier open that did not close.
+                (true, false)
             } else {
                 // A CLOSED names the manifest the open replaced.
                 let leftover = ["CURRENT.tmp", "CLOSED.tmp", CLOSED_FILE_NAME];

@@ -63,6 +63,12 @@ impl Inner {
                     .to_string(),
             ),
             "tierkv.design" => Some(self.opts.design.name().to_string()),
+            // Obsolete table files kept for reuse (version/recycle.rs): how
+            // many new tables were written over one, how many are kept now.
+            "tierkv.recycled-tables" => {
+                let r = &self.versions.ctx().recycler;
+                Some(format!("reused {}\nkept {}\n", r.reused(), r.kept()))
+            }
             "tierkv.design-stats" => {
                 let figures = self.design.stats(&vs);
                 (!figures.is_empty()).then(|| {

@@ -159,6 +159,7 @@ fn open_locked(
         counters,
         options.verify_checksums,
     ));
+    ctx.recycler.set_capacity(options.recycle_table_files);
     let pm = if options.has_pm() {
         // A region the MANIFEST references nothing in (a new database, an
         // upgrade, a migration's target) may be formatted even if a crash

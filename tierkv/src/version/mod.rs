@@ -33,6 +33,7 @@
 pub mod bounds;
 pub mod closed;
 pub mod edit;
+pub mod recycle;
 pub mod set;
 
 use std::cmp::Ordering;
@@ -90,6 +91,8 @@ pub struct TableContext {
     /// thread, never by a reader). For PM tables, `pm_pages` holds only the
     /// runs to free.
     pub obsolete: Mutex<Vec<TableMeta>>,
+    /// Obsolete table files kept for new tables to be written over.
+    pub recycler: recycle::TableRecycler,
 }
 
 impl TableContext {
@@ -112,6 +115,7 @@ impl TableContext {
             design_record_check: OnceLock::new(),
             pm_run_refs: Mutex::new(HashMap::new()),
             obsolete: Mutex::new(Vec::new()),
+            recycler: recycle::TableRecycler::default(),
         }
     }
 
