@@ -49,20 +49,17 @@ fn check(db: &Db, model: &BTreeMap<Vec<u8>, Vec<u8>>) {
     assert!(all == want, "a scan differs from the model");
 }
 
-fn kept_files(dir: &Path) -> Vec<String> {
+/// The names in `dir` ending in `suffix`.
+fn files(dir: &Path, suffix: &str) -> Vec<String> {
     std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".recycle"))
+        .filter(|n| n.ends_with(suffix))
         .collect()
 }
 
-fn tables(dir: &Path) -> Vec<String> {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".sst"))
-        .collect()
+fn kept_files(dir: &Path) -> Vec<String> {
+    files(dir, ".recycle")
 }
 
 fn counter(db: &Db, name: &str) -> u64 {
@@ -110,7 +107,7 @@ fn new_tables_are_written_over_kept_files_and_reads_stay_right() {
     // Every table the checkpoint shared is obsolete here by now: the
     // database let go of its name instead of keeping the file (which
     // would still be linked, under a kept name or a new table's).
-    for name in tables(&copy_dir) {
+    for name in files(&copy_dir, ".sst") {
         let links = std::fs::metadata(copy_dir.join(&name)).unwrap().nlink();
         assert_eq!(links, 1, "the checkpoint's {name} is still linked");
     }
