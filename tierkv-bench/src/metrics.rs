@@ -822,7 +822,7 @@ pub fn stall_in_window(before: &EngineStats, after: &EngineStats, seconds: f64) 
                     });
                 }
             }
-            causes.sort_by(|a, b| b.count.cmp(&a.count));
+            causes.sort_by_key(|c| std::cmp::Reverse(c.count));
             let count = after.stall.count.saturating_sub(before.stall.count);
             let secs = (after.stall.seconds - before.stall.seconds).max(0.0);
             // The histogram's maximum is cumulative since open; it cannot
