@@ -17,7 +17,7 @@ use tierkv::sst::{
     TableOptions,
 };
 use tierkv::storage::mem::MemFs;
-use tierkv::storage::{FileSystem, WriteHint};
+use tierkv::storage::{FileSystem, RandomAccessFile, WriteHint};
 
 type Model = Vec<(Vec<u8>, Vec<u8>)>;
 
@@ -527,4 +527,147 @@ fn worked_example_matches_the_format_doc() {
         .map(|h| u8::from_str_radix(h, 16).unwrap())
         .collect();
     assert_eq!(fs.read_all(p).unwrap(), want);
+}
+
+/// A file that counts its positional reads and the bytes they return.
+struct CountingFile {
+    inner: Arc<dyn RandomAccessFile>,
+    reads: AtomicU64,
+    bytes: AtomicU64,
+}
+
+impl RandomAccessFile for CountingFile {
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> tierkv::Result<()> {
+        self.reads.fetch_add(1, AtomicOrdering::Relaxed);
+        self.bytes
+            .fetch_add(buf.len() as u64, AtomicOrdering::Relaxed);
+        self.inner.read_exact_at(offset, buf)
+    }
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn path(&self) -> &Path {
+        self.inner.path()
+    }
+}
+
+/// A table of `n` 4 KiB values (a block each) opened through a
+/// [`CountingFile`], with no cache.
+fn counted_4k_table(n: usize, seed: u64) -> (MemFs, Model, Arc<CountingFile>, Arc<Table>) {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let model = random_model(&mut rng, n, true);
+    let fs = MemFs::new();
+    write_table(&fs, 11, &model, TableOptions::default());
+    let path = Path::new("/db").join(sst_file_name(11));
+    let file = Arc::new(CountingFile {
+        inner: fs.open(&path).unwrap(),
+        reads: AtomicU64::new(0),
+        bytes: AtomicU64::new(0),
+    });
+    let as_dyn: Arc<dyn RandomAccessFile> = file.clone();
+    let t = Table::open(as_dyn, 11, None, ReadConfig::default()).unwrap();
+    (fs, model, file, t)
+}
+
+fn take(c: &AtomicU64) -> u64 {
+    c.swap(0, AtomicOrdering::Relaxed)
+}
+
+/// A scan in file order reads ahead: a few dozen reads for a table of
+/// ~1,500 blocks, each block read once, and every entry right.
+#[test]
+fn a_forward_scan_reads_ahead() {
+    let (fs, model, file, t) = counted_4k_table(2000, 7);
+    let blocks = t.block_count();
+    assert!(blocks >= 1000, "{blocks} blocks");
+    let data_bytes = fs.file_size(file.path()).unwrap();
+    for fill_cache in [false, true] {
+        take(&file.reads);
+        take(&file.bytes);
+        let mut it = Arc::clone(&t).iter(fill_cache);
+        it.seek_to_first();
+        for pos in 0..model.len() {
+            check_iter_at(&*it, &model, pos);
+            it.next();
+        }
+        check_iter_at(&*it, &model, model.len());
+        let (reads, bytes) = (take(&file.reads), take(&file.bytes));
+        assert!(
+            reads <= blocks / 20,
+            "{reads} reads for {blocks} blocks (fill_cache {fill_cache})"
+        );
+        assert!(bytes <= data_bytes, "{bytes} bytes read of {data_bytes}");
+    }
+}
+
+/// Reads out of file order get no window: a backward scan reads each block
+/// on its own, and seeks read only the blocks they step into.
+#[test]
+fn seeks_and_backward_scans_read_only_their_blocks() {
+    let (_fs, model, file, t) = counted_4k_table(600, 8);
+    let blocks = t.block_count();
+    let largest_block = t
+        .index_entries()
+        .unwrap()
+        .iter()
+        .map(|(_, h)| h.size + 5)
+        .max()
+        .unwrap();
+    take(&file.reads);
+    let mut it = Arc::clone(&t).iter(false);
+    it.seek_to_last();
+    let mut pos = model.len();
+    while it.valid() {
+        pos -= 1;
+        check_iter_at(&*it, &model, pos);
+        it.prev();
+    }
+    it.status().unwrap();
+    assert_eq!(pos, 0);
+    assert_eq!(take(&file.reads), blocks);
+
+    let mut rng = SmallRng::seed_from_u64(9);
+    take(&file.bytes);
+    for _ in 0..200 {
+        let i = rng.gen_range(0..model.len());
+        let mut it = Arc::clone(&t).iter(false);
+        it.seek(&model[i].0);
+        check_iter_at(&*it, &model, i);
+        it.next();
+        check_iter_at(&*it, &model, i + 1);
+        let (reads, bytes) = (take(&file.reads), take(&file.bytes));
+        assert!(reads <= 2, "a seek and a step read {reads} times");
+        assert!(
+            bytes <= 2 * largest_block,
+            "a seek and a step read {bytes} bytes"
+        );
+    }
+}
+
+/// A damaged block met through the readahead window is `Corruption`
+/// naming that block's offset, not the window's; the blocks before it
+/// read right.
+#[test]
+fn a_bad_block_in_a_readahead_window_is_named() {
+    let (fs, model, file, t) = counted_4k_table(600, 10);
+    let entries = t.index_entries().unwrap();
+    let bad = entries[entries.len() / 2].1;
+    fs.corrupt(file.path(), bad.offset as usize + 100, 0x5a)
+        .unwrap();
+    let mut it = Arc::clone(&t).iter(false);
+    it.seek_to_first();
+    let mut pos = 0;
+    while it.valid() {
+        check_iter_at(&*it, &model, pos);
+        pos += 1;
+        it.next();
+    }
+    assert!(pos > 0 && pos < model.len());
+    match it.status() {
+        Err(tierkv::Error::Corruption { at, .. }) => {
+            assert_eq!(at.offset, bad.offset);
+            assert!(at.source.ends_with(&sst_file_name(11)), "{}", at.source);
+        }
+        other => panic!("expected corruption at {}, got {other:?}", bad.offset),
+    }
 }

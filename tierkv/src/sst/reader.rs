@@ -17,6 +17,21 @@
 //! type always, checksum when `ReadConfig::verify_checksums`; a bad one is an
 //! error from the `get` or iterator step that read it.
 //!
+//! # Readahead
+//!
+//! A [`TableIter`] that reads data blocks in file order (a compaction's
+//! input, a long scan) reads ahead: from the third block in a row, a block
+//! the cache does not hold is cut from a window of the file read at once —
+//! 8 KiB, doubling per window up to [`READAHEAD_MAX_BYTES`] (RocksDB's auto
+//! readahead, `FilePrefetchBuffer`); the head of a block a window cut short
+//! starts the next one. A compaction of 4 KiB values otherwise makes a
+//! `pread` per block: 1.3 M of them in a `medium` `triangle` fill, 38 K
+//! with readahead (`strace -c`). Blocks are checked as before, each on its
+//! own (trailer, checksum), and a window never reaches past the data
+//! blocks. A seek, a step backwards or a block out of order starts over
+//! without a window, so point reads and short seeks read what they read
+//! before.
+//!
 //! # Concurrency
 //!
 //! A [`Table`] is immutable and shared (`Arc<Table>`) by any number of
@@ -318,9 +333,16 @@ impl Table {
         Error::corruption(&*self.path, at, "malformed block handle in the index block")
     }
 
-    /// Reads (or finds in the cache) the data block at `h`.
-    fn read_block(&self, h: BlockHandle, fill_cache: bool) -> Result<Arc<Block>> {
+    /// Reads (or finds in the cache) the data block at `h`; a miss is read
+    /// through `ahead` when it has one.
+    fn read_block(
+        &self,
+        h: BlockHandle,
+        fill_cache: bool,
+        ahead: Option<&mut Readahead>,
+    ) -> Result<Arc<Block>> {
         let need = self.stored_len(h)?;
+        let ahead = ahead.and_then(|a| a.in_order(h.offset, need).then_some(a));
         let buf = match &self.cache {
             Some(cache) => {
                 // A spare buffer only for a block that goes back to the cache.
@@ -344,7 +366,11 @@ impl Table {
             }
             None => Vec::with_capacity(need),
         };
-        let (t, buf) = self.read_stored_into(h, need, self.cfg.verify_checksums, buf)?;
+        let verify = self.cfg.verify_checksums;
+        let (t, buf) = match ahead {
+            Some(ahead) => self.read_stored_ahead(h, need, verify, buf, ahead)?,
+            None => self.read_stored_into(h, need, verify, buf)?,
+        };
         let buf = decompress_block(t, buf, &self.path, h.offset)?;
         let block = Arc::new(Block::new(buf, Arc::clone(&self.path), h.offset)?);
         if fill_cache {
@@ -422,6 +448,54 @@ impl Table {
         buf.reserve_exact(len);
         self.file.read_exact_at_append(h.offset, len, &mut buf)?;
         self.cfg.counters.add_bytes_read(buf.len() as u64);
+        let t = check_trailer(&buf, verify, &self.path, h.offset)?;
+        buf.truncate(h.size as usize);
+        Ok((t, buf))
+    }
+
+    /// [`Table::read_stored_into`] through `ahead`: the block is cut from
+    /// its window, which is refilled first if it does not hold the block
+    /// (module doc, "Readahead").
+    fn read_stored_ahead(
+        &self,
+        h: BlockHandle,
+        len: usize,
+        verify: bool,
+        mut buf: Vec<u8>,
+        ahead: &mut Readahead,
+    ) -> Result<(u8, Vec<u8>)> {
+        if ahead.slice(h.offset, len).is_none() {
+            // `stored_len` checked that the block ends within the data.
+            let room = usize::try_from(self.data_end - h.offset).unwrap_or(usize::MAX);
+            let want = ahead.window.max(len).min(room);
+            ahead.window = (ahead.window * 2).min(READAHEAD_MAX_BYTES);
+            // The head of a block the last window cut short is kept, not
+            // read again.
+            let kept = match h.offset.checked_sub(ahead.start) {
+                Some(d) if d < ahead.buf.len() as u64 => ahead.buf.len() - d as usize,
+                _ => 0,
+            };
+            ahead.buf.drain(..ahead.buf.len() - kept);
+            ahead.start = h.offset;
+            let from = h.offset + kept as u64;
+            if let Err(e) = self
+                .file
+                .read_exact_at_append(from, want - kept, &mut ahead.buf)
+            {
+                ahead.buf.clear();
+                return Err(e);
+            }
+            self.cfg.counters.add_bytes_read((want - kept) as u64);
+        }
+        let bytes = ahead.slice(h.offset, len).ok_or_else(|| {
+            Error::corruption(
+                &*self.path,
+                h.offset,
+                "short read into the readahead window",
+            )
+        })?;
+        buf.clear();
+        buf.extend_from_slice(bytes);
         let t = check_trailer(&buf, verify, &self.path, h.offset)?;
         buf.truncate(h.size as usize);
         Ok((t, buf))
@@ -562,7 +636,7 @@ impl TableReader for Table {
         }
         let h = BlockHandle::decode(idx.value())
             .ok_or_else(|| self.bad_handle(self.index.file_offset()))?;
-        let block = self.read_block(h, true)?;
+        let block = self.read_block(h, true, None)?;
         let mut it = BlockIter::with_buffer(block, idx.into_key_buffer());
         it.seek(&target);
         if !it.valid() {
@@ -609,7 +683,66 @@ pub struct TableIter {
     /// The key buffer while `data` is `None`.
     spare: Vec<u8>,
     fill_cache: bool,
+    ahead: Readahead,
     err: Option<Error>,
+}
+
+/// The largest readahead window (RocksDB's `max_auto_readahead_size`): 64
+/// blocks of 4 KiB values a read, enough that the `pread`s' fixed costs
+/// vanish, small enough that a merge's dozens of input iterators hold a few
+/// MiB between them.
+pub const READAHEAD_MAX_BYTES: usize = 256 << 10;
+
+/// The first window, after two blocks in file order.
+const READAHEAD_FIRST_BYTES: usize = 8 << 10;
+
+/// Blocks read in file order before a read fills a window.
+const READAHEAD_AFTER_BLOCKS: u32 = 2;
+
+/// A [`TableIter`]'s readahead: the blocks it read in file order and the
+/// window of the file it read last (module doc, "Readahead").
+struct Readahead {
+    /// File bytes from `start`.
+    buf: Vec<u8>,
+    start: u64,
+    /// Where the block after the last one read starts.
+    next: u64,
+    /// Blocks read in file order up to the last one.
+    run: u32,
+    /// The size of the next window.
+    window: usize,
+}
+
+impl Readahead {
+    fn new() -> Self {
+        Readahead {
+            buf: Vec::new(),
+            start: 0,
+            next: u64::MAX,
+            run: 0,
+            window: READAHEAD_FIRST_BYTES,
+        }
+    }
+
+    /// Notes a block read of `len` bytes at `offset`; true when it is read
+    /// through the window (it follows enough blocks in file order, or the
+    /// window holds it already).
+    fn in_order(&mut self, offset: u64, len: usize) -> bool {
+        if offset == self.next {
+            self.run = self.run.saturating_add(1);
+        } else {
+            self.run = 0;
+            self.window = READAHEAD_FIRST_BYTES;
+        }
+        self.next = offset.saturating_add(len as u64);
+        self.run >= READAHEAD_AFTER_BLOCKS || self.slice(offset, len).is_some()
+    }
+
+    /// The `len` bytes at `offset`, if the window holds them.
+    fn slice(&self, offset: u64, len: usize) -> Option<&[u8]> {
+        let from = usize::try_from(offset.checked_sub(self.start)?).ok()?;
+        self.buf.get(from..from.checked_add(len)?)
+    }
 }
 
 impl TableIter {
@@ -623,6 +756,7 @@ impl TableIter {
             data_offset: 0,
             spare: Vec::new(),
             fill_cache,
+            ahead: Readahead::new(),
             err: None,
         }
     }
@@ -651,7 +785,10 @@ impl TableIter {
         if self.data.is_some() && self.data_offset == h.offset {
             return;
         }
-        match self.table.read_block(h, self.fill_cache) {
+        match self
+            .table
+            .read_block(h, self.fill_cache, Some(&mut self.ahead))
+        {
             Ok(b) => {
                 match &mut self.data {
                     Some(d) => d.reset(b),
