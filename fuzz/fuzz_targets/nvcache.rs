@@ -212,7 +212,7 @@ fn fix_segments(sim: &SimRegion) {
     for p in 2..PAGES {
         let h = sim.slice(p * PAGE, 36).unwrap();
         if h[0..8] == SEGMENT_MAGIC {
-            let crc = crc32c::crc32c(h);
+            let crc = tierkv::coding::crc32c(h);
             sim.write(p * PAGE + 36, &crc.to_le_bytes()).unwrap();
         }
     }
@@ -234,9 +234,9 @@ fn fix_node(sim: &SimRegion, at: u64) -> Option<u64> {
         .unwrap()
         .to_vec();
     let value = sim.slice(at + NODE_HEADER_BYTES + k, v as usize).unwrap();
-    let vcrc = crc32c::crc32c(value).to_le_bytes();
-    let kcrc = crc32c::crc32c_append(
-        crc32c::crc32c_append(crc32c::crc32c(&h[16..36]), &vcrc),
+    let vcrc = tierkv::coding::crc32c(value).to_le_bytes();
+    let kcrc = tierkv::coding::crc32c_append(
+        tierkv::coding::crc32c_append(tierkv::coding::crc32c(&h[16..36]), &vcrc),
         &key,
     );
     sim.write(at + 36, &kcrc.to_le_bytes()).unwrap();
@@ -283,10 +283,10 @@ fn fix_table(sim: &SimRegion, run: PageRun) {
         fix_node(sim, o);
     }
     let b = sim.slice(at + TABLE_HEADER_BYTES, body as usize).unwrap();
-    let crc = crc32c::crc32c(b);
+    let crc = tierkv::coding::crc32c(b);
     sim.write(at + 52, &crc.to_le_bytes()).unwrap();
     let h = sim.slice(at, 60).unwrap();
-    let crc = crc32c::crc32c(h);
+    let crc = tierkv::coding::crc32c(h);
     sim.write(at + 60, &crc.to_le_bytes()).unwrap();
 }
 

@@ -166,8 +166,8 @@ fuzz_target!(|data: &[u8]| {
     if mode & 2 != 0 {
         for (at, len, ..) in scan(&sim) {
             let b = sim.slice(at, len as usize).unwrap();
-            let crc = crc32c::crc32c_append(
-                crc32c::crc32c(&b[chunk::HEADER_BYTES..]),
+            let crc = tierkv::coding::crc32c_append(
+                tierkv::coding::crc32c(&b[chunk::HEADER_BYTES..]),
                 &b[8..chunk::HEADER_BYTES],
             );
             sim.write(at + 4, &crc.to_le_bytes()).unwrap();
@@ -175,7 +175,7 @@ fuzz_target!(|data: &[u8]| {
     }
     if mode & 16 != 0 {
         let h = sim.slice(BASE, 56).unwrap().to_vec();
-        sim.write(BASE + 56, &crc32c::crc32c(&h).to_le_bytes())
+        sim.write(BASE + 56, &tierkv::coding::crc32c(&h).to_le_bytes())
             .unwrap();
     }
     // Repair's reading of the same bytes: an undamaged buffer gives every

@@ -65,7 +65,7 @@ fuzz_target!(|data: &[u8]| {
             )
             .unwrap()
             .to_vec();
-        sim.write(m + 64, &crc32c::crc32c(&body).to_le_bytes())
+        sim.write(m + 64, &tierkv::coding::crc32c(&body).to_le_bytes())
             .unwrap();
     }
     if mode & 4 != 0 {
@@ -82,14 +82,14 @@ fuzz_target!(|data: &[u8]| {
                 continue;
             };
             if let Ok(d) = sim.slice(start, used as usize) {
-                let c = crc32c::crc32c(d);
+                let c = tierkv::coding::crc32c(d);
                 sim.write(at + 20, &c.to_le_bytes()).unwrap();
             }
         }
     }
     if mode & 1 != 0 {
         let h = sim.slice(m, 72).unwrap().to_vec();
-        sim.write(m + 72, &crc32c::crc32c(&h).to_le_bytes())
+        sim.write(m + 72, &tierkv::coding::crc32c(&h).to_le_bytes())
             .unwrap();
     }
 

@@ -113,7 +113,7 @@ impl Pages for Alloc {
 /// (when it fits), so a decoder's checks behind its crc are reached.
 fn with_crc(data: &[u8], at: usize) -> Option<Vec<u8>> {
     let mut b = data.to_vec();
-    let crc = crc32c::crc32c(b.get(..at)?);
+    let crc = tierkv::coding::crc32c(b.get(..at)?);
     b.get_mut(at..at.checked_add(4)?)?
         .copy_from_slice(&crc.to_le_bytes());
     Some(b)
@@ -757,7 +757,7 @@ fn fix_header(sim: &SimRegion, at: u64) -> Option<u64> {
     if at + crc_at + 4 > REGION {
         return None;
     }
-    let crc = crc32c::crc32c(sim.slice(at, crc_at as usize).unwrap());
+    let crc = tierkv::coding::crc32c(sim.slice(at, crc_at as usize).unwrap());
     sim.write(at + crc_at, &crc.to_le_bytes()).unwrap();
     Some(u64::from(u32_at(sim.slice(at, 16).unwrap(), 12)))
 }
@@ -786,7 +786,7 @@ fn fix_directory(sim: &SimRegion, dir: u64) {
     let (r, k) = (u64::from(u32_at(b, 12)), u64::from(u32_at(b, 32)));
     let len = format::DIR_FIXED as u64 + 12 * k + 20 * r;
     if dir + len + 4 <= REGION {
-        let crc = crc32c::crc32c(sim.slice(dir, len as usize).unwrap());
+        let crc = tierkv::coding::crc32c(sim.slice(dir, len as usize).unwrap());
         sim.write(dir + len, &crc.to_le_bytes()).unwrap();
     }
 }
@@ -795,10 +795,10 @@ fn fix_buffer(sim: &SimRegion, run: PageRun) {
     let at = run.first * PAGE;
     let l = u64_at(sim.slice(at, 40).unwrap(), 24);
     if l <= run.count * PAGE - BUFFER_HEADER_BYTES as u64 {
-        let crc = crc32c::crc32c(sim.slice(at + 40, l as usize).unwrap());
+        let crc = tierkv::coding::crc32c(sim.slice(at + 40, l as usize).unwrap());
         sim.write(at + 32, &crc.to_le_bytes()).unwrap();
     }
-    let crc = crc32c::crc32c(sim.slice(at, 36).unwrap());
+    let crc = tierkv::coding::crc32c(sim.slice(at, 36).unwrap());
     sim.write(at + 36, &crc.to_le_bytes()).unwrap();
 }
 
@@ -817,7 +817,7 @@ fn fix_nodes(sim: &SimRegion, runs: &[PageRun], inline: bool) {
         let f = sim.slice(pos, NODE_FIXED).unwrap().to_vec();
         let (off, h) = (u64_at(&f, 0), f[8]);
         if off == 0 && h == MARKER_HEIGHT {
-            crc = crc32c::crc32c_append(crc, &f);
+            crc = tierkv::coding::crc32c_append(crc, &f);
             ri += 1;
             let Some(r) = runs.get(ri) else { return };
             pos = r.first * PAGE;
@@ -840,14 +840,14 @@ fn fix_nodes(sim: &SimRegion, runs: &[PageRun], inline: bool) {
             let Some(s) = entry_shape(sim.slice(body, (end - body) as usize).unwrap()) else {
                 return;
             };
-            let c = crc32c::crc32c(sim.slice(body, s.len).unwrap());
+            let c = tierkv::coding::crc32c(sim.slice(body, s.len).unwrap());
             sim.write(pos + len, &c.to_le_bytes()).unwrap();
             len += align8(4 + s.len) as u64;
         }
         if pos + len > end {
             return;
         }
-        crc = crc32c::crc32c_append(crc, sim.slice(pos, len as usize).unwrap());
+        crc = tierkv::coding::crc32c_append(crc, sim.slice(pos, len as usize).unwrap());
         pos += len;
     }
 }
@@ -859,7 +859,7 @@ fn fix_job(sim: &SimRegion, slot: PageRun) {
     if at + 28 + g > (slot.first + slot.count) * PAGE {
         return;
     }
-    let crc = crc32c::crc32c(sim.slice(at, 24 + g as usize).unwrap());
+    let crc = tierkv::coding::crc32c(sim.slice(at, 24 + g as usize).unwrap());
     sim.write(at + 24 + g, &crc.to_le_bytes()).unwrap();
     let w = at + align8(28 + g as usize) as u64;
     let n = sim.load_u64(w).unwrap_or(0).min(16);

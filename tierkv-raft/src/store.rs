@@ -807,7 +807,7 @@ fn snapshot_encode_pair(out: &mut Vec<u8>, k: &[u8], v: &[u8]) {
 }
 
 fn snapshot_finish(mut out: Vec<u8>) -> Vec<u8> {
-    let crc = crc32c::crc32c(&out);
+    let crc = tierkv::coding::crc32c(&out);
     out.extend_from_slice(&crc.to_le_bytes());
     out
 }
@@ -824,7 +824,7 @@ pub fn snapshot_decode(data: &[u8]) -> Result<crate::kv::Pairs, String> {
     let (body, crc) = data.split_at(data.len() - 4);
     let mut c = [0u8; 4];
     c.copy_from_slice(crc);
-    if crc32c::crc32c(body) != u32::from_le_bytes(c) {
+    if tierkv::coding::crc32c(body) != u32::from_le_bytes(c) {
         return Err(format!(
             "snapshot of {} bytes fails its checksum",
             data.len()
@@ -974,7 +974,7 @@ fn write_chunks(
         gen,
         chunks,
         len_bytes: data.len() as u64,
-        crc32c: crc32c::crc32c(data),
+        crc32c: tierkv::coding::crc32c(data),
     })
 }
 
@@ -1002,7 +1002,7 @@ fn read_chunks(
     }
     if pairs.len() as u64 != u64::from(set.chunks)
         || data.len() as u64 != set.len_bytes
-        || crc32c::crc32c(&data) != set.crc32c
+        || tierkv::coding::crc32c(&data) != set.crc32c
     {
         return Err(bad(format!(
             "snapshot generation {} has {} chunks of {} bytes in all, not the {} chunks, {} bytes \
@@ -1278,8 +1278,13 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             };
             let data = snapshot_finish(out);
             let snapshot_id = match applied.last_applied {
-                Some(l) => format!("{}-{}-{}", l.leader_id, l.index, crc32c::crc32c(&data)),
-                None => format!("empty-{}", crc32c::crc32c(&data)),
+                Some(l) => format!(
+                    "{}-{}-{}",
+                    l.leader_id,
+                    l.index,
+                    tierkv::coding::crc32c(&data)
+                ),
+                None => format!("empty-{}", tierkv::coding::crc32c(&data)),
             };
             let meta = SnapshotMeta {
                 last_log_id: applied.last_applied,

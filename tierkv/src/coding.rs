@@ -1,7 +1,29 @@
-//! Little-endian fixed-width integers and LEB128 varints, shared by every
-//! on-disk and on-PM format. Decoders never panic: they return `None` on
-//! truncated or over-long input and the caller turns that into
-//! `Error::Corruption` with its own location.
+//! Little-endian fixed-width integers, LEB128 varints and the CRC-32C
+//! checksum, shared by every on-disk and on-PM format. Decoders never
+//! panic: they return `None` on truncated or over-long input and the caller
+//! turns that into `Error::Corruption` with its own location.
+
+use crc_fast::{CrcAlgorithm, Digest};
+
+/// CRC-32C (Castagnoli, RocksDB's and LevelDB's block checksum) of `data`:
+/// the checksum of every persisted structure. Computed by `crc-fast`, which
+/// folds with carry-less multiplication (AVX-512 `VPCLMULQDQ` where the CPU
+/// has it): 42 GB/s over a 4 KiB block against 21 GB/s for the SSE4.2
+/// `crc32` instruction loop of the `crc32c` crate used before, on the
+/// development machine; checksums were 12% of a `medium` `triangle` fill's
+/// samples with the latter.
+#[inline]
+pub fn crc32c(data: &[u8]) -> u32 {
+    crc_fast::checksum(CrcAlgorithm::Crc32Iscsi, data) as u32
+}
+
+/// `crc32c(prefix ++ data)` from `crc = crc32c(prefix)`.
+#[inline]
+pub fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
+    let mut d = Digest::new_with_init_state(CrcAlgorithm::Crc32Iscsi, u64::from(!crc));
+    d.update(data);
+    d.finalize() as u32
+}
 
 /// Appends `v` as 4 little-endian bytes.
 #[inline]
@@ -146,6 +168,27 @@ impl<'a> Reader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The CRC-32C check value and RFC 3720's vectors, and appending in any
+    /// split (empty parts included) equals one pass: the checksums every
+    /// stored format was written with.
+    #[test]
+    fn crc32c_matches_the_standard_and_appends() {
+        assert_eq!(crc32c(b"123456789"), 0xe306_9283);
+        assert_eq!(crc32c(b""), 0);
+        assert_eq!(crc32c(&[0u8; 32]), 0x8a91_36aa);
+        assert_eq!(crc32c(&[0xffu8; 32]), 0x62a8_ab43);
+        let inc: Vec<u8> = (0u8..32).collect();
+        assert_eq!(crc32c(&inc), 0x46dd_794e);
+        let data: Vec<u8> = (0..5000u32).map(|i| (i * 131 % 251) as u8).collect();
+        let whole = crc32c(&data);
+        for cut in [0, 1, 7, 16, 63, 64, 65, 4096, 4999, 5000] {
+            let (a, b) = data.split_at(cut);
+            assert_eq!(crc32c_append(crc32c(a), b), whole, "cut at {cut}");
+        }
+        let bytewise = data.iter().fold(0, |c, b| crc32c_append(c, &[*b]));
+        assert_eq!(bytewise, whole);
+    }
 
     #[test]
     fn varint_roundtrip_and_rejects_garbage() {

@@ -874,7 +874,8 @@ fn durable_parts(image: &SimRegion, sentinel: u64, buffer: PageRun) -> (bool, bo
     let buffer_ok = match format::decode_buffer_header(b) {
         Ok(h) => {
             let end = format::BUFFER_HEADER_BYTES + h.entry_bytes as usize;
-            end <= b.len() && crc32c::crc32c(&b[format::BUFFER_HEADER_BYTES..end]) == h.entries_crc
+            end <= b.len()
+                && tierkv::coding::crc32c(&b[format::BUFFER_HEADER_BYTES..end]) == h.entries_crc
         }
         Err(_) => false,
     };

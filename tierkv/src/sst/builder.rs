@@ -94,7 +94,7 @@ pub fn block_trailer(block: &[u8]) -> [u8; BLOCK_TRAILER_LEN] {
 /// byte and the masked crc of stored ‖ type.
 #[inline]
 pub fn block_trailer_typed(stored: &[u8], block_type: u8) -> [u8; BLOCK_TRAILER_LEN] {
-    let crc = crc32c::crc32c_append(crc32c::crc32c(stored), &[block_type]);
+    let crc = crate::coding::crc32c_append(crate::coding::crc32c(stored), &[block_type]);
     let m = mask_crc(crc).to_le_bytes();
     [block_type, m[0], m[1], m[2], m[3]]
 }
@@ -276,7 +276,7 @@ impl Footer {
             put_u64(&mut v, h.size);
         }
         put_u32(&mut v, self.version);
-        let crc = mask_crc(crc32c::crc32c(&v));
+        let crc = mask_crc(crate::coding::crc32c(&v));
         put_u32(&mut v, crc);
         v.extend_from_slice(&MAGIC);
         let mut out = [0u8; FOOTER_LEN];
@@ -294,7 +294,7 @@ impl Footer {
             return Err("bad magic: not a tierkv SST file");
         }
         let stored = get_u32(src, 52).ok_or("short footer")?;
-        if unmask_crc(stored) != crc32c::crc32c(&src[..52]) {
+        if unmask_crc(stored) != crate::coding::crc32c(&src[..52]) {
             return Err("footer checksum mismatch");
         }
         let version = get_u32(src, 48).ok_or("short footer")?;

@@ -182,7 +182,7 @@ fn check_trailer(block_and_trailer: &[u8], verify: bool, path: &str, offset: u64
     }
     if verify {
         let stored = u32::from_le_bytes([t[1], t[2], t[3], t[4]]);
-        let actual = crc32c::crc32c(&block_and_trailer[..n + 1]);
+        let actual = crate::coding::crc32c(&block_and_trailer[..n + 1]);
         if unmask_crc(stored) != actual {
             return Err(Error::corruption(path, offset, "block checksum mismatch"));
         }

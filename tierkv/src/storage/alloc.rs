@@ -216,7 +216,7 @@ fn decode_identity(name: &str, b: &[u8]) -> Result<Option<RegionIdentity>> {
         ));
     }
     let stored = u32_at(b, ID_CRC_END);
-    let computed = crc32c::crc32c(&b[..ID_CRC_END]);
+    let computed = crate::coding::crc32c(&b[..ID_CRC_END]);
     if stored != computed {
         return Err(Error::corruption(
             name,
@@ -285,7 +285,7 @@ fn encode_identity(region_id: u64, size_bytes: u64) -> [u8; ID_BYTES] {
     b[0..8].copy_from_slice(&ID_MAGIC.to_le_bytes());
     b[8..16].copy_from_slice(&region_id.to_le_bytes());
     b[16..24].copy_from_slice(&size_bytes.to_le_bytes());
-    let crc = crc32c::crc32c(&b[..ID_CRC_END]);
+    let crc = crate::coding::crc32c(&b[..ID_CRC_END]);
     b[24..28].copy_from_slice(&crc.to_le_bytes());
     b
 }
@@ -345,7 +345,7 @@ impl Geometry {
             .copy_from_slice(&self.bitmap_first_page.to_le_bytes());
         b[OFF_BITMAP_PAGES..OFF_BITMAP_PAGES + 8]
             .copy_from_slice(&self.bitmap_page_count.to_le_bytes());
-        let crc = crc32c::crc32c(&b[..CRC_OFFSET]);
+        let crc = crate::coding::crc32c(&b[..CRC_OFFSET]);
         b[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
         b
     }
@@ -556,7 +556,7 @@ impl PageAllocator {
             ));
         }
         let stored = u32_at(&sb, CRC_OFFSET);
-        let computed = crc32c::crc32c(&sb[..CRC_OFFSET]);
+        let computed = crate::coding::crc32c(&sb[..CRC_OFFSET]);
         if stored != computed {
             return Err(Error::corruption(
                 &name,
@@ -945,7 +945,7 @@ mod tests {
         assert_eq!(a.free_pages(), 16384 - 2 - 3);
         let sb = r.slice(0, 48).unwrap();
         assert_eq!(u64_at(sb, 16), 16384);
-        assert_eq!(u32_at(sb, 40), crc32c::crc32c(&sb[..40]));
+        assert_eq!(u32_at(sb, 40), crate::coding::crc32c(&sb[..40]));
         assert_eq!(
             u32_at(sb, 40),
             0x0f01_11b4,
@@ -1122,7 +1122,7 @@ mod tests {
         // Version 2, checksum valid: not ours to read.
         let mut sb = Geometry::for_pages(64).encode();
         sb[OFF_VERSION] = 2;
-        let crc = crc32c::crc32c(&sb[..CRC_OFFSET]);
+        let crc = crate::coding::crc32c(&sb[..CRC_OFFSET]);
         sb[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
         r.write(0, &sb).unwrap();
         assert!(matches!(

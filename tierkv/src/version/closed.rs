@@ -58,7 +58,7 @@ impl Closed {
         for (n, len) in &self.wals {
             s.push_str(&format!("{} {len}\n", wal_name(*n)));
         }
-        let crc = crc32c::crc32c(s.as_bytes());
+        let crc = crate::coding::crc32c(s.as_bytes());
         s.push_str(&format!("crc32c:{crc:08x}\n"));
         s.into_bytes()
     }
@@ -76,7 +76,7 @@ impl Closed {
             .strip_suffix('\n')
             .filter(|h| h.len() == 8 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
             .and_then(|h| u32::from_str_radix(h, 16).ok())?;
-        if stored != crc32c::crc32c(body.as_bytes()) {
+        if stored != crate::coding::crc32c(body.as_bytes()) {
             return None;
         }
         let mut lines = body.split_terminator('\n');

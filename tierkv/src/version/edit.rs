@@ -782,7 +782,7 @@ pub fn manifest_file_name(number: u64) -> String {
 /// The contents of CURRENT naming manifest `number` (format: module docs).
 pub fn encode_current(number: u64) -> Vec<u8> {
     let name = manifest_file_name(number);
-    let crc = crc32c::crc32c(name.as_bytes());
+    let crc = crate::coding::crc32c(name.as_bytes());
     format!("{name}\ncrc32c:{crc:08x}\n").into_bytes()
 }
 
@@ -811,7 +811,7 @@ pub fn decode_current(data: &[u8], source: &str) -> Result<u64> {
         .filter(|h| h.len() == 8 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
         .and_then(|h| u32::from_str_radix(h, 16).ok())
         .ok_or_else(|| bad("second line is not crc32c:<8 hex digits>"))?;
-    if stored != crc32c::crc32c(name.as_bytes()) {
+    if stored != crate::coding::crc32c(name.as_bytes()) {
         return Err(bad("checksum mismatch"));
     }
     Ok(number)

@@ -136,7 +136,7 @@ pub fn header_log_number(log_number: u64) -> u32 {
 #[inline]
 pub(crate) fn type_log_crc(ty: u8, log32: u32) -> u32 {
     let l = log32.to_le_bytes();
-    crc32c::crc32c(&[ty, l[0], l[1], l[2], l[3]])
+    crate::coding::crc32c(&[ty, l[0], l[1], l[2], l[3]])
 }
 
 /// Builds the 11-byte header of a fragment; `seed` is
@@ -149,7 +149,7 @@ pub(crate) fn encode_header(
     payload: &[u8],
 ) -> [u8; HEADER_SIZE] {
     debug_assert!(payload.len() <= MAX_FRAGMENT_BYTES);
-    let crc = mask_crc(crc32c::crc32c_append(seed, payload));
+    let crc = mask_crc(crate::coding::crc32c_append(seed, payload));
     let mut h = [0u8; HEADER_SIZE];
     h[0..4].copy_from_slice(&crc.to_le_bytes());
     h[4..6].copy_from_slice(&(payload.len() as u16).to_le_bytes());
@@ -192,7 +192,7 @@ impl Header {
     pub fn verify(&self, payload: &[u8]) -> bool {
         debug_assert_eq!(payload.len(), self.length);
         let seed = type_log_crc(self.ty, self.log32);
-        unmask_crc(self.masked_crc) == crc32c::crc32c_append(seed, payload)
+        unmask_crc(self.masked_crc) == crate::coding::crc32c_append(seed, payload)
     }
 }
 
@@ -308,7 +308,10 @@ mod tests {
     fn worked_example_bytes() {
         let seed = type_log_crc(RecordType::Full as u8, 5);
         let h = encode_header(seed, RecordType::Full, 5, b"hi");
-        assert_eq!(crc32c::crc32c(&[1, 5, 0, 0, 0, b'h', b'i']), 0x8a04_b4db);
+        assert_eq!(
+            crate::coding::crc32c(&[1, 5, 0, 0, 0, b'h', b'i']),
+            0x8a04_b4db
+        );
         assert_eq!(h, [0xe1, 0xfe, 0x39, 0x0c, 2, 0, 1, 5, 0, 0, 0]);
         let d = Header::decode(&h);
         assert!(d.verify(b"hi"));

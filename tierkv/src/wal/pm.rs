@@ -177,7 +177,10 @@ struct ExtentHeader {
 }
 
 fn header_crc(b: &[u8; HEADER_FIELDS_BYTES]) -> u32 {
-    mask_crc(crc32c::crc32c_append(crc32c::crc32c(&b[0..12]), &b[16..32]))
+    mask_crc(crate::coding::crc32c_append(
+        crate::coding::crc32c(&b[0..12]),
+        &b[16..32],
+    ))
 }
 
 fn encode_extent_header(log_number: u64, extent_len: u64) -> [u8; HEADER_FIELDS_BYTES] {
@@ -256,7 +259,7 @@ fn seal_crc(log_number: u64, seal_end: u64) -> u32 {
     let mut b = [0u8; 16];
     b[0..8].copy_from_slice(&log_number.to_le_bytes());
     b[8..16].copy_from_slice(&seal_end.to_le_bytes());
-    mask_crc(crc32c::crc32c(&b))
+    mask_crc(crate::coding::crc32c(&b))
 }
 
 fn encode_seal(log_number: u64, seal_end: u64) -> [u8; SEAL_BYTES] {

@@ -517,7 +517,7 @@ impl<S: LogSource> Reader<S> {
         let mut crc = type_log_crc(h.ty, h.log32);
         for n in 0..=rest.len() {
             if n > 0 {
-                crc = crc32c::crc32c_append(crc, &rest[n - 1..n]);
+                crc = crate::coding::crc32c_append(crc, &rest[n - 1..n]);
             }
             if crc == want && (n == rest.len() || self.valid_fragment_at(&rest[n..])) {
                 return true;

@@ -289,7 +289,7 @@ pub fn read_header(region: &dyn PmRegion, meta_page: u64) -> Result<(Expect, Pag
     if h[0..8] != MAGIC {
         return Err(corrupt(m, "bad RowTable magic"));
     }
-    if u32_at(h, 72) != crc32c::crc32c(&h[..72]) {
+    if u32_at(h, 72) != crate::coding::crc32c(&h[..72]) {
         return Err(corrupt(m + 72, "RowTable header checksum mismatch"));
     }
     let meta_len = HEADER_BYTES as u64
@@ -344,7 +344,7 @@ impl RowTable {
             return Err(corrupt(m, "bad RowTable magic".into()));
         }
         let stored = u32_at(h, 72);
-        let computed = crc32c::crc32c(&h[..72]);
+        let computed = crate::coding::crc32c(&h[..72]);
         if stored != computed {
             return Err(corrupt(
                 m + 72,
@@ -395,7 +395,7 @@ impl RowTable {
             (meta_len - HEADER_BYTES as u64) as usize,
         )?;
         let stored = u32_at(h, 64);
-        let computed = crc32c::crc32c(body);
+        let computed = crate::coding::crc32c(body);
         if stored != computed {
             return Err(corrupt(
                 m + 64,
@@ -492,7 +492,7 @@ impl RowTable {
                     continue;
                 }
                 let data = region.slice(e.run.first * PAGE, e.used_bytes as usize)?;
-                let c = crc32c::crc32c(data);
+                let c = crate::coding::crc32c(data);
                 if c != e.crc {
                     return Err(corrupt(
                         e.run.first * PAGE,
@@ -965,7 +965,7 @@ fn build_inner(
                 .ok_or_else(|| Error::InvalidArgument("no extent".into()))?;
             let at = e.run.first * PAGE + e.used;
             region.write(at, value)?;
-            e.crc = crc32c::crc32c_append(e.crc, value);
+            e.crc = crate::coding::crc32c_append(e.crc, value);
             e.used += vlen;
             value_bytes += vlen;
             (at / PAGE, at % PAGE)
@@ -1014,9 +1014,9 @@ fn build_inner(
     let meta_run = p.pages.alloc_meta(meta_pages)?;
     runs.insert(0, meta_run);
     let m = meta_run.first * PAGE;
-    let mut crc = crc32c::crc32c(&ext_bytes);
-    crc = crc32c::crc32c_append(crc, &elems);
-    crc = crc32c::crc32c_append(crc, &keys);
+    let mut crc = crate::coding::crc32c(&ext_bytes);
+    crc = crate::coding::crc32c_append(crc, &elems);
+    crc = crate::coding::crc32c_append(crc, &keys);
     let (prev_seq_max, prev_n) = p.pred.map_or((0, 0), |r| (r.seq_max(), r.len() as u32));
     let mut h = [0u8; HEADER_BYTES];
     h[0..8].copy_from_slice(&MAGIC);
@@ -1031,7 +1031,7 @@ fn build_inner(
     h[52..56].copy_from_slice(&(keys.len() as u32).to_le_bytes());
     h[56..64].copy_from_slice(&value_bytes.to_le_bytes());
     h[64..68].copy_from_slice(&crc.to_le_bytes());
-    let hcrc = crc32c::crc32c(&h[..72]);
+    let hcrc = crate::coding::crc32c(&h[..72]);
     h[72..76].copy_from_slice(&hcrc.to_le_bytes());
     let mut at = m;
     for part in [&h[..], &ext_bytes[..], &elems[..], &keys[..]] {

@@ -44,7 +44,7 @@ pub fn rows(region: &Arc<dyn PmRegion>, pages: &[u64]) -> Vec<Salvaged> {
             .map(|e| {
                 region
                     .slice(e.run.first * PAGE_SIZE_BYTES, e.used_bytes as usize)
-                    .is_ok_and(|d| crc32c::crc32c(d) == e.crc)
+                    .is_ok_and(|d| crate::coding::crc32c(d) == e.crc)
             })
             .collect();
         let bad = good.iter().filter(|g| !**g).count();

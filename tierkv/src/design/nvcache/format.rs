@@ -185,7 +185,7 @@ impl SegmentHeader {
         b[28..30].copy_from_slice(&(self.kind as u16).to_le_bytes());
         b[30..32].copy_from_slice(&self.flags.to_le_bytes());
         b[32..36].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
-        let crc = crc32c::crc32c(&b[..36]);
+        let crc = crate::coding::crc32c(&b[..36]);
         b[36..40].copy_from_slice(&crc.to_le_bytes());
         b
     }
@@ -208,7 +208,7 @@ impl SegmentHeader {
             return Err(bad(at, "bad segment magic".into()));
         }
         let stored = u32_at(b, 36);
-        let computed = crc32c::crc32c(&b[..36]);
+        let computed = crate::coding::crc32c(&b[..36]);
         if stored != computed {
             return Err(bad(
                 at + 36,
@@ -257,7 +257,7 @@ fn seal_crc(number: u64, nodes: u32) -> u32 {
     let mut b = [0u8; 12];
     b[..8].copy_from_slice(&number.to_le_bytes());
     b[8..].copy_from_slice(&nodes.to_le_bytes());
-    crc32c::crc32c(&b)
+    crate::coding::crc32c(&b)
 }
 
 /// Reads the seal of log `number` whose segment 0 is at `at`: `None` if
@@ -293,9 +293,9 @@ pub fn node_size(klen: usize, vlen: usize) -> u64 {
 /// The checksum of a node's header fields (bytes 16..36 and 40..44) and key.
 #[inline]
 fn kcrc(fields: &[u8], vcrc: &[u8], key: &[u8]) -> u32 {
-    let c = crc32c::crc32c(fields);
-    let c = crc32c::crc32c_append(c, vcrc);
-    crc32c::crc32c_append(c, key)
+    let c = crate::coding::crc32c(fields);
+    let c = crate::coding::crc32c_append(c, vcrc);
+    crate::coding::crc32c_append(c, key)
 }
 
 /// Appends the bytes of one node to `buf` (size [`node_size`]).
@@ -317,7 +317,7 @@ pub fn encode_node(
     buf.extend_from_slice(&(key.len() as u32).to_le_bytes());
     buf.extend_from_slice(&(value.len() as u32).to_le_bytes());
     buf.extend_from_slice(&group.to_le_bytes());
-    let vcrc = crc32c::crc32c(value).to_le_bytes();
+    let vcrc = crate::coding::crc32c(value).to_le_bytes();
     let k = kcrc(&buf[start + 16..start + 36], &vcrc, key);
     buf.extend_from_slice(&k.to_le_bytes());
     buf.extend_from_slice(&vcrc);
@@ -431,7 +431,7 @@ impl<'a> Node<'a> {
     pub fn value(&self, region: &'a dyn PmRegion, verify: bool) -> Result<&'a [u8]> {
         let v = region.slice(self.value_at(), self.vlen)?;
         if verify {
-            let c = crc32c::crc32c(v);
+            let c = crate::coding::crc32c(v);
             if c != self.vcrc {
                 return Err(Error::corruption(
                     region.name(),
@@ -511,9 +511,9 @@ pub fn encode_table(h: &TableHeader, offsets: &[u64], usage: &[Usage]) -> Vec<u8
         b.extend_from_slice(&(u.run.count as u32).to_le_bytes());
         b.extend_from_slice(&u.live_bytes.to_le_bytes());
     }
-    let body = crc32c::crc32c(&b[TABLE_HEADER_BYTES as usize..]);
+    let body = crate::coding::crc32c(&b[TABLE_HEADER_BYTES as usize..]);
     b[52..56].copy_from_slice(&body.to_le_bytes());
-    let hcrc = crc32c::crc32c(&b[..60]);
+    let hcrc = crate::coding::crc32c(&b[..60]);
     b[60..64].copy_from_slice(&hcrc.to_le_bytes());
     debug_assert_eq!(b.len(), len);
     b
@@ -542,7 +542,7 @@ pub fn read_table_header(region: &dyn PmRegion, run: PageRun) -> Result<TableHea
         return Err(bad(at, "bad magic".into()));
     }
     let stored = u32_at(h, 60);
-    let computed = crc32c::crc32c(&h[..60]);
+    let computed = crate::coding::crc32c(&h[..60]);
     if stored != computed {
         return Err(bad(
             at + 60,
@@ -577,7 +577,7 @@ pub fn read_table_header(region: &dyn PmRegion, run: PageRun) -> Result<TableHea
         (8 * th.n + USAGE_BYTES * u64::from(th.u)) as usize,
     )?;
     let stored = u32_at(h, 52);
-    let computed = crc32c::crc32c(body);
+    let computed = crate::coding::crc32c(body);
     if stored != computed {
         return Err(bad(
             at + 52,

@@ -98,7 +98,7 @@ impl Mirror {
         h[32..40].copy_from_slice(&self.chunks.to_le_bytes());
         h[40..48].copy_from_slice(&self.seq_min.to_le_bytes());
         h[48..56].copy_from_slice(&self.seq_max.to_le_bytes());
-        let crc = crc32c::crc32c(&h[..56]);
+        let crc = crate::coding::crc32c(&h[..56]);
         h[56..60].copy_from_slice(&crc.to_le_bytes());
         h
     }
@@ -114,7 +114,7 @@ impl Mirror {
             return None;
         }
         let crc = u32::from_le_bytes([h[56], h[57], h[58], h[59]]);
-        if crc != crc32c::crc32c(&h[..56]) {
+        if crc != crate::coding::crc32c(&h[..56]) {
             return None;
         }
         Some(Mirror {

@@ -312,8 +312,8 @@ impl Chunk {
         }
         let bytes = region.slice(offset, len as usize)?;
         if verify {
-            let mut crc = crc32c::crc32c(&bytes[HEADER_BYTES..]);
-            crc = crc32c::crc32c_append(crc, &bytes[8..HEADER_BYTES]);
+            let mut crc = crate::coding::crc32c(&bytes[HEADER_BYTES..]);
+            crc = crate::coding::crc32c_append(crc, &bytes[8..HEADER_BYTES]);
             if crc != h.crc {
                 return Err(corrupt(offset + 4, "checksum mismatch"));
             }
@@ -798,7 +798,7 @@ impl<'a> Builder<'a> {
         if !self.stage.is_empty() {
             let at = self.start + self.pos - self.stage.len() as u64;
             self.region.write(at, &self.stage)?;
-            self.crc = crc32c::crc32c_append(self.crc, &self.stage);
+            self.crc = crate::coding::crc32c_append(self.crc, &self.stage);
             self.stage.clear();
         }
         Ok(())
@@ -808,7 +808,7 @@ impl<'a> Builder<'a> {
         if b.len() >= STAGE_BYTES / 4 {
             self.drain()?;
             self.region.write(self.start + self.pos, b)?;
-            self.crc = crc32c::crc32c_append(self.crc, b);
+            self.crc = crate::coding::crc32c_append(self.crc, b);
         } else {
             if self.stage.len() + b.len() > STAGE_BYTES {
                 self.drain()?;
@@ -901,7 +901,7 @@ impl<'a> Builder<'a> {
         h[12..16].copy_from_slice(&(n as u32).to_le_bytes());
         h[16..24].copy_from_slice(&self.seq_min.to_le_bytes());
         h[24..32].copy_from_slice(&self.seq_max.to_le_bytes());
-        let crc = crc32c::crc32c_append(self.crc, &h[8..HEADER_BYTES]);
+        let crc = crate::coding::crc32c_append(self.crc, &h[8..HEADER_BYTES]);
         h[4..8].copy_from_slice(&crc.to_le_bytes());
         self.region.write(self.start, &h)?;
         self.region.persist(self.start, len as usize)?;

@@ -345,7 +345,7 @@ fn flush_inner(
             let h = format::encode_buffer_header(&format::BufferHeader {
                 id: p.id,
                 entry_bytes: bytes.len() as u64,
-                entries_crc: crc32c::crc32c(bytes),
+                entries_crc: crate::coding::crc32c(bytes),
             });
             region.write(off, &h)?;
             region.write(off + BUFFER_HEADER_BYTES as u64, bytes)?;
@@ -469,7 +469,7 @@ fn flush_inner(
         set(&mut images, last[0].0, last[0].1, 0, sentinel);
         let mut crc = 0u32;
         for img in &images {
-            crc = crc32c::crc32c_append(crc, img);
+            crc = crate::coding::crc32c_append(crc, img);
         }
         for (r, img) in node_runs.iter().zip(&images) {
             region.write(r.first * PAGE, img)?;
@@ -513,7 +513,7 @@ fn flush_inner(
         set(&mut crc_images, last[0].0, last[0].1, 0, sentinel);
         let mut crc = 0u32;
         for img in &crc_images {
-            crc = crc32c::crc32c_append(crc, img);
+            crc = crate::coding::crc32c_append(crc, img);
         }
         region.write(sentinel, &format::sentinel(crc))?;
         region.persist(sentinel, NODE_FIXED)?;
@@ -1119,7 +1119,7 @@ impl<'a> Outputs<'a> {
         let mut crc = 0u32;
         for (r, &u) in c.runs.iter().zip(&c.used) {
             let b = region.slice(r.first * PAGE, u as usize)?;
-            crc = crc32c::crc32c_append(crc, b);
+            crc = crate::coding::crc32c_append(crc, b);
             region.persist(r.first * PAGE, u as usize)?;
         }
         c.dirty = None;
@@ -1497,7 +1497,7 @@ pub fn write_buffer(
     let h = format::encode_buffer_header(&format::BufferHeader {
         id,
         entry_bytes: buf.len() as u64,
-        entries_crc: crc32c::crc32c(&buf),
+        entries_crc: crate::coding::crc32c(&buf),
     });
     let r = region
         .write(off, &h)
@@ -1732,7 +1732,7 @@ mod tests {
             let old = sim.load_u64(at).unwrap();
             sim.write(at, &value.to_le_bytes()).unwrap();
             // The damage under a matching crc (a crc32c collision).
-            let crc = crc32c::crc32c(sim.slice(head, (sentinel - head) as usize).unwrap());
+            let crc = crate::coding::crc32c(sim.slice(head, (sentinel - head) as usize).unwrap());
             sim.write(sentinel + 12, &crc.to_le_bytes()).unwrap();
             let e = SkipList::open(Arc::clone(&region), &b.meta, true, &Default::default())
                 .err()
@@ -1741,7 +1741,7 @@ mod tests {
             assert!(e.to_string().contains("level-1 link"), "{what}: {e}");
             sim.write(at, &old.to_le_bytes()).unwrap();
         }
-        let crc = crc32c::crc32c(sim.slice(head, (sentinel - head) as usize).unwrap());
+        let crc = crate::coding::crc32c(sim.slice(head, (sentinel - head) as usize).unwrap());
         sim.write(sentinel + 12, &crc.to_le_bytes()).unwrap();
         assert!(SkipList::open(region, &b.meta, true, &Default::default()).is_ok());
     }

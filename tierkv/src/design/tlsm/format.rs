@@ -184,7 +184,7 @@ pub fn put_inline_entry(dst: &mut Vec<u8>, ikey: &[u8], value: &[u8]) {
     let start = dst.len();
     dst.extend_from_slice(&[0; 4]);
     put_entry(dst, ikey, value);
-    let crc = crc32c::crc32c(&dst[start + 4..]);
+    let crc = crate::coding::crc32c(&dst[start + 4..]);
     dst[start..start + 4].copy_from_slice(&crc.to_le_bytes());
     let end = start + align8(dst.len() - start);
     dst.resize(end, 0);
@@ -245,7 +245,7 @@ pub fn encode_buffer_header(h: &BufferHeader) -> [u8; BUFFER_HEADER_BYTES] {
     b[16..24].copy_from_slice(&h.id.to_le_bytes());
     b[24..32].copy_from_slice(&h.entry_bytes.to_le_bytes());
     b[32..36].copy_from_slice(&h.entries_crc.to_le_bytes());
-    let crc = crc32c::crc32c(&b[..36]);
+    let crc = crate::coding::crc32c(&b[..36]);
     b[36..40].copy_from_slice(&crc.to_le_bytes());
     b
 }
@@ -256,7 +256,7 @@ pub fn decode_buffer_header(b: &[u8]) -> Result<BufferHeader, (u64, String)> {
         return Err((0, "persistent buffer: bad magic".into()));
     }
     let crc = get_u32(b, 36).unwrap_or(0);
-    if crc != crc32c::crc32c(&b[..36]) {
+    if crc != crate::coding::crc32c(&b[..36]) {
         return Err((36, "persistent buffer: header checksum mismatch".into()));
     }
     if get_u32(b, 8) != Some(FORMAT_VERSION) || get_u32(b, 12) != Some(BUFFER_HEADER_BYTES as u32) {
@@ -430,7 +430,7 @@ impl Header {
         for i in &self.inputs {
             put_u64(&mut b, *i);
         }
-        let crc = crc32c::crc32c(&b);
+        let crc = crate::coding::crc32c(&b);
         put_u32(&mut b, crc);
         b.resize(self.bytes(), 0);
         b
@@ -450,7 +450,7 @@ impl Header {
                 format!("skip list header: {m} inputs overrun the header run"),
             ));
         };
-        if crc != crc32c::crc32c(&b[..crc_at]) {
+        if crc != crate::coding::crc32c(&b[..crc_at]) {
             return Err((crc_at as u64, "skip list header: checksum mismatch".into()));
         }
         if get_u32(b, 8) != Some(FORMAT_VERSION) {
@@ -550,7 +550,7 @@ impl Directory {
             put_u32(&mut b, d.run.count as u32);
             put_u64(&mut b, d.bytes);
         }
-        let crc = crc32c::crc32c(&b);
+        let crc = crate::coding::crc32c(&b);
         put_u32(&mut b, crc);
         b
     }
@@ -571,7 +571,7 @@ impl Directory {
                 format!("skip list directory: {k} node runs and {r} data runs overrun it"),
             ));
         };
-        if crc != crc32c::crc32c(&b[..len]) {
+        if crc != crate::coding::crc32c(&b[..len]) {
             return Err((len as u64, "skip list directory: checksum mismatch".into()));
         }
         if get_u32(b, 8) != Some(FORMAT_VERSION) {
@@ -668,7 +668,7 @@ impl Slot {
         put_u32(&mut b, self.capacity);
         put_u32(&mut b, g.len() as u32);
         b.extend_from_slice(&g);
-        let crc = crc32c::crc32c(&b);
+        let crc = crate::coding::crc32c(&b);
         put_u32(&mut b, crc);
         b.resize(
             Self::link_offset(g.len()) + 16 + 8 * self.capacity as usize,
@@ -691,7 +691,7 @@ impl Slot {
                 "compaction slot: grandparent block overruns the run".into(),
             ));
         };
-        if crc != crc32c::crc32c(&b[..crc_at]) {
+        if crc != crate::coding::crc32c(&b[..crc_at]) {
             return Err((crc_at as u64, "compaction slot: checksum mismatch".into()));
         }
         let capacity = get_u32(b, 16).unwrap_or(0);
@@ -755,7 +755,7 @@ mod tests {
         assert_eq!(i.len() % 8, 0);
         let crc = u32::from_le_bytes([i[0], i[1], i[2], i[3]]);
         let s = entry_shape(&i[4..]).unwrap();
-        assert_eq!(crc, crc32c::crc32c(&i[4..4 + s.len]));
+        assert_eq!(crc, crate::coding::crc32c(&i[4..4 + s.len]));
         assert_eq!(inline_len(8, 1), 4 + s.len);
     }
 

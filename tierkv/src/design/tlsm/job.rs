@@ -530,7 +530,7 @@ impl BufferSource {
                 "persistent buffer overruns its run",
             ));
         }
-        if crc32c::crc32c(&b[format::BUFFER_HEADER_BYTES..end as usize]) != h.entries_crc {
+        if crate::coding::crc32c(&b[format::BUFFER_HEADER_BYTES..end as usize]) != h.entries_crc {
             return Err(Error::corruption(
                 region.name(),
                 at + format::BUFFER_HEADER_BYTES as u64,

@@ -447,7 +447,8 @@ impl SkipList {
                     ),
                 ));
             }
-            if verify_data && crc32c::crc32c(&b[BUFFER_HEADER_BYTES..end as usize]) != h.entries_crc
+            if verify_data
+                && crate::coding::crc32c(&b[BUFFER_HEADER_BYTES..end as usize]) != h.entries_crc
             {
                 return Err(Error::corruption(
                     self.region.name(),
@@ -504,7 +505,7 @@ impl SkipList {
         if h.entry_off != HEAD_MARK || h.height as usize != MAX_HEIGHT {
             return Err(bad(pos, "bad head node".into()));
         }
-        crc = crc32c::crc32c_append(crc, head);
+        crc = crate::coding::crc32c_append(crc, head);
         // `tall[l]`: the last node so far of height > l (invariant 2).
         let mut tall = [pos; MAX_HEIGHT];
         let mut prev = pos;
@@ -521,7 +522,7 @@ impl SkipList {
             let fixed = self.region.slice(pos, NODE_FIXED)?;
             let nh = node_head(fixed).ok_or_else(|| bad(pos, "truncated node".into()))?;
             if nh.entry_off == 0 && nh.height == MARKER_HEIGHT {
-                crc = crc32c::crc32c_append(crc, fixed);
+                crc = crate::coding::crc32c_append(crc, fixed);
                 ri += 1;
                 let Some(r) = runs.get(ri) else {
                     return Err(bad(pos, "run marker after the last node run".into()));
@@ -614,7 +615,7 @@ impl SkipList {
             }
             last_key.clear();
             last_key.extend_from_slice(ikey);
-            crc = crc32c::crc32c_append(crc, node);
+            crc = crate::coding::crc32c_append(crc, node);
             n += 1;
             prev = pos;
             pos += node.len() as u64;
@@ -853,7 +854,7 @@ impl SkipList {
         if verify && skip == 4 {
             let b = self.region.slice(body, s.len)?;
             let c = self.region.slice(off, 4)?;
-            if u32::from_le_bytes([c[0], c[1], c[2], c[3]]) != crc32c::crc32c(b) {
+            if u32::from_le_bytes([c[0], c[1], c[2], c[3]]) != crate::coding::crc32c(b) {
                 return Err(Error::corruption(
                     self.region.name(),
                     off,

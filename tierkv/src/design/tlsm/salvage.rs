@@ -728,7 +728,7 @@ mod tests {
         let h = format::encode_buffer_header(&format::BufferHeader {
             id: 7,
             entry_bytes: buf.len() as u64,
-            entries_crc: crc32c::crc32c(&buf),
+            entries_crc: crate::coding::crc32c(&buf),
         });
         sim.write(page * PAGE, &h).unwrap();
         sim.write(page * PAGE + BUFFER_HEADER_BYTES as u64, &buf)
