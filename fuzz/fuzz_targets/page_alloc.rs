@@ -37,7 +37,8 @@ fuzz_target!(|data: &[u8]| {
         sim.write(0, &rest[..n]).unwrap();
         if mode & 2 != 0 {
             let sb = sim.slice(0, 40).unwrap().to_vec();
-            sim.write(40, &tierkv::coding::crc32c(&sb).to_le_bytes()).unwrap();
+            sim.write(40, &tierkv::coding::crc32c(&sb).to_le_bytes())
+                .unwrap();
         }
     }
     let a = match PageAllocator::open(Arc::clone(&region)) {

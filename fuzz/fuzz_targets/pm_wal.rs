@@ -31,7 +31,10 @@ fn header(log: u64, len: u64, next: u64) -> [u8; 40] {
     b[16..24].copy_from_slice(&log.to_le_bytes());
     b[24..32].copy_from_slice(&len.to_le_bytes());
     b[32..40].copy_from_slice(&next.to_le_bytes());
-    let crc = mask_crc(tierkv::coding::crc32c_append(tierkv::coding::crc32c(&b[0..12]), &b[16..32]));
+    let crc = mask_crc(tierkv::coding::crc32c_append(
+        tierkv::coding::crc32c(&b[0..12]),
+        &b[16..32],
+    ));
     b[12..16].copy_from_slice(&crc.to_le_bytes());
     b
 }
