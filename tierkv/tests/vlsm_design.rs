@@ -333,9 +333,20 @@ fn classic_with_vssts_cuts_l1_by_overlap() {
     let with = sizes(true);
     let without = sizes(false);
     // Fixed-size SSTs are cut near SM; vSSTs are cut at Sm when poor.
+    // Without vSSTs only the last table of each merge is cut short, at
+    // whatever its key range left; which of those end near Sm depends on
+    // how the background merges fell (two of five did once, under a loaded
+    // suite), so that is bounded as a minority, not counted.
     let near_sm = |v: &[u64]| v.iter().filter(|&&s| s >= sm && s < sm + 2048).count();
     assert!(near_sm(&with) > with.len() / 2, "vSST sizes: {with:?}");
-    assert!(near_sm(&without) <= 1, "fixed sizes: {without:?}");
+    assert!(
+        without.iter().any(|&s| s >= SST),
+        "fixed sizes: {without:?}"
+    );
+    assert!(
+        2 * near_sm(&without) < without.len(),
+        "fixed sizes: {without:?}"
+    );
 }
 
 #[test]
